@@ -1,0 +1,43 @@
+# Two commands for a newcomer: `make train` and `make test`. Everything installs into .venv with
+# the exact versions in constraints.txt (torch==2.13.0 there keeps pip on the CPU build).
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+TASK    ?= cartpole
+NPROC   ?= 2
+ARGS    ?=
+
+.PHONY: setup train test test-fast lint format bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+train: setup
+	$(BIN)/distrl train $(TASK) --nproc $(NPROC) $(ARGS)
+
+test: setup
+	$(BIN)/pytest -q $(ARGS)
+
+test-fast: setup
+	$(BIN)/pytest -q -m "not slow" $(ARGS)
+
+lint: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+format: setup
+	$(BIN)/ruff check --fix src tests
+	$(BIN)/ruff format src tests
+
+bench: setup
+	$(BIN)/distrl bench throughput
+	$(BIN)/distrl bench solve
+
+clean:
+	rm -rf $(VENV) runs bench_out .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Benchmarks: throughput, time to solve, scaling, communication, projections."""

@@ -1,0 +1,101 @@
+"""Shared pieces of every benchmark: machine header, result directory, CSV, subprocess runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def machine() -> dict[str, Any]:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "cpu": cpu,
+        "cores": cores,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": gpu or "cpu",
+        "backend": "nccl" if gpu else "gloo",
+    }
+
+
+def header(title: str) -> dict[str, Any]:
+    m = machine()
+    console.rule(f"[bold]{title}")
+    console.print(
+        f"machine: {m['cpu']} | {m['cores']} cores | torch {m['torch']} | python {m['python']} "
+        f"| device {m['device']} | backend {m['backend']}"
+    )
+    return m
+
+
+def out_dir(path: str | None, name: str) -> Path:
+    p = Path(path) if path else Path("bench_out") / name
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def print_table(title: str, rows: list[dict[str, Any]], keys: list[str]) -> None:
+    t = Table(*keys, title=title, title_justify="left")
+    for r in rows:
+        t.add_row(*(_fmt(r.get(k)) for k in keys))
+    console.print(t)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def median(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def run_json(module: str, args: list[str], env: dict[str, str] | None = None, timeout: float = 600) -> dict:
+    """Run ``python -m module args`` in a fresh process (clean threads, own peak memory) and
+    parse the JSON object it prints on its last line."""
+    e = dict(os.environ, **(env or {}))
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=e,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,0 +1,1 @@
+"""Registers the scaling benchmarks (scaling, learn, comm, project) once they exist."""

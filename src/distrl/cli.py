@@ -1,0 +1,188 @@
+"""Command line: `distrl train|play|bench|list`, and `train` / `play` as their own scripts.
+
+`train <task> [overrides]` is parsed in two steps (as mjlab does): the task name selects the
+task's tuned default config, then tyro parses the overrides on top of it, e.g.
+
+    train cartpole --env.num-envs 4096 --agent.max-iterations 10_000 --seed 3
+    torchrun --nproc_per_node=2 --no_python train cartpole --distributed True
+    distrl train cartpole --nproc 2          # starts torchrun for you
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import sys
+from pathlib import Path
+
+import tyro
+
+from distrl.config import TrainConfig, to_dict, validate
+
+USAGE = """usage: distrl <command> ...
+
+commands:
+  train <task> [overrides]    train a policy (`distrl train <task> --help` lists overrides)
+  play <run-dir|checkpoint>   run the deterministic policy and print mean ± std return
+  bench <what> [options]      measure throughput, time to solve, scaling (`distrl bench --help`)
+  list                        every task with a one-line description
+"""
+
+
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return code
+
+
+def default_run_dir(task: str) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / task.replace(":", "_").replace("/", "_") / stamp
+
+
+def parse_train_args(argv: list[str]) -> TrainConfig:
+    """Task first, then tyro overrides on the task's defaults. Raises ValueError on bad input."""
+    from distrl.envs.registry import get_task
+
+    if not argv or argv[0].startswith("-"):
+        if argv and argv[0] in ("-h", "--help"):
+            print("usage: train <task> [overrides]\n\n`distrl list` shows the tasks; "
+                  "`train <task> --help` shows every override with its default.")
+            raise SystemExit(0)
+        raise ValueError("usage: train <task> [overrides]; `distrl list` shows the tasks")
+    task = get_task(argv[0])  # unknown names raise with close matches
+    defaults = dataclasses.replace(task.default_config(), task=task.name)
+    cfg = tyro.cli(TrainConfig, default=defaults, args=argv[1:], prog=f"train {task.name}")
+    if cfg.task != task.name:
+        raise ValueError(
+            f"--task {cfg.task!r} contradicts the positional task {task.name!r}; give the task "
+            f"once, as the first argument"
+        )
+    return validate(cfg)
+
+
+def run_training(cfg: TrainConfig) -> dict:
+    """One rank's whole life: process group, env, runner, telemetry; torn down on any exit."""
+    from distrl import checkpoint as ckpt
+    from distrl.distributed import context
+    from distrl.envs.registry import make_env
+    from distrl.runner.on_policy import OnPolicyRunner
+    from distrl.telemetry import Telemetry
+
+    ctx = context.init(cfg)
+    try:
+        from distrl.distributed.allreduce import AllReduceStrategy
+
+        bootstrap = AllReduceStrategy(ctx)
+        run_dir = Path(bootstrap.broadcast_object(str(cfg.run_dir or default_run_dir(cfg.task))))
+        resume_path, skipped = None, []
+        if cfg.resume:
+            # Rank 0 picks the checkpoint; every rank loads that one.
+            choice = None
+            if ctx.is_main:
+                try:
+                    p, skipped = ckpt.resolve_resume(cfg.resume, run_dir)
+                    choice = ("ok", str(p) if p else None)
+                except ckpt.CheckpointError as e:
+                    choice = ("error", str(e))
+            kind, value = bootstrap.broadcast_object(choice)
+            if kind == "error":
+                raise ckpt.CheckpointError(None, value)
+            resume_path = Path(value) if value else None
+        env = make_env(cfg, ctx.device)
+        with Telemetry.create(
+            run_dir,
+            to_dict(cfg),
+            total_iterations=cfg.agent.max_iterations,
+            tensorboard=cfg.tensorboard,
+            wandb=cfg.wandb,
+            progress=cfg.progress,
+            enabled=ctx.is_main,
+        ) as tel:
+            runner = OnPolicyRunner(cfg, ctx, env, tel, run_dir)
+            if ctx.is_main:
+                tel.message(
+                    f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {env.num_envs} envs "
+                    f"on {ctx.device} ({ctx.backend or 'single process'}) | run dir {run_dir}"
+                )
+            for path, reason in skipped:
+                tel.message(f"resume: skipped {path}: {reason}")
+            if resume_path is not None:
+                notes = runner.load(resume_path)
+                tel.message(f"resume: loaded {resume_path} at iteration {runner.iteration}")
+                for note in notes:
+                    tel.message(f"resume: changed {note}")
+            elif cfg.resume:
+                tel.message("resume: no checkpoint yet in this run directory; starting fresh")
+            tel.start_iteration = runner.iteration
+            final = runner.learn()
+            tel.summary({**final, "run_dir": str(run_dir)})
+        env.close()
+        return final
+    finally:
+        context.shutdown()
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    from distrl.distributed import launch
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = parse_train_args(argv)
+    except ValueError as e:
+        return _fail(str(e))
+    if cfg.nproc > 1 and not launch.under_torchrun():
+        run_dir = cfg.run_dir or str(default_run_dir(cfg.task))
+        args = launch.strip_launch_flags(argv)
+        args = ["train", *args, "--distributed", "True", "--run-dir", run_dir]
+        return launch.launch(cfg.nproc, cfg.max_restarts, args)
+    run_training(cfg)
+    return 0
+
+
+def play_main(argv: list[str] | None = None) -> int:
+    from distrl.play import PlayArgs, play
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = tyro.cli(PlayArgs, args=argv, prog="play")
+    try:
+        play(args)
+    except ValueError as e:
+        return _fail(str(e))
+    return 0
+
+
+def list_main() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from distrl.envs.registry import list_tasks
+
+    table = Table("task", "description", title="distrl tasks", title_justify="left")
+    for t in list_tasks():
+        table.add_row(t.name, t.description)
+    Console().print(table)
+    print("Any Gymnasium id works as gym:<Id> (MuJoCo tasks need: pip install -e '.[mujoco]').")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "train":
+        return train_main(rest)
+    if cmd == "play":
+        return play_main(rest)
+    if cmd == "list":
+        return list_main()
+    if cmd == "bench":
+        from distrl.bench.cli import bench_main
+
+        return bench_main(rest)
+    return _fail(f"unknown command {cmd!r}\n{USAGE}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

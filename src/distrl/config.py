@@ -1,0 +1,226 @@
+"""One tree of frozen dataclasses for every run; parsed by tyro, never mutated.
+
+Derived values (batch sizes, global env count) are properties, not flags. Use
+``dataclasses.replace`` to change a field. ``validate`` raises a ``ValueError`` that names the
+numbers and the fix before any env, process group or file is created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    num_envs: int = 1024
+    """Environments per process (rank). Global envs = world_size * num_envs."""
+    max_episode_steps: int | None = None
+    """Override the task's time limit (None keeps the task's own, e.g. 500 for cartpole)."""
+    check_finite: bool = True
+    """Stop with an error naming env, step and field when an observation or reward is NaN/Inf."""
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    actor_hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the actor MLP."""
+    critic_hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the critic MLP."""
+    activation: Literal["tanh", "elu", "relu"] = "tanh"
+    """Hidden activation."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian head (continuous actions)."""
+    obs_normalization: bool = True
+    """Running mean/variance normalization of observations (moments merged across ranks)."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """PPO hyperparameters (names follow CleanRL / rsl_rl)."""
+
+    num_steps: int = 32
+    """Steps collected per env per iteration (T). Rollout batch per rank = num_envs * num_steps."""
+    max_iterations: int = 100
+    """Training iterations (rollout + update) to run."""
+    num_epochs: int = 5
+    """Passes over the rollout batch per iteration (K)."""
+    num_minibatches: int = 4
+    """Minibatches per epoch (M); each rank splits its own batch into M."""
+    learning_rate: float = 1e-3
+    """Adam learning rate (initial value for the linear and adaptive schedules)."""
+    lr_schedule: Literal["constant", "linear", "adaptive"] = "adaptive"
+    """constant; linear decay to 0 over max_iterations; adaptive: KL-driven (rsl_rl rule)."""
+    desired_kl: float = 0.01
+    """Adaptive schedule: halve-ish the LR above 2x this KL, raise it below half."""
+    target_kl: float | None = None
+    """Stop the epoch loop of an iteration once the (global) approx KL exceeds this."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_coef: float = 0.2
+    """PPO ratio clip epsilon."""
+    clip_vloss: bool = True
+    """Clip the value loss around the old values (PPO2 style)."""
+    vf_coef: float = 1.0
+    """Value loss coefficient."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    max_grad_norm: float = 1.0
+    """Global gradient norm clip (after averaging across ranks)."""
+    norm_adv: bool = True
+    """Normalize advantages per minibatch-set with global mean/std."""
+    adam_eps: float = 1e-5
+    """Adam epsilon."""
+    save_interval: int = 50
+    """Write a checkpoint every this many iterations (and always at the end)."""
+    max_consecutive_skips: int = 10
+    """Stop with an error after this many consecutive updates skipped for non-finite values."""
+
+    @property
+    def lr_min(self) -> float:
+        return 1e-5
+
+    @property
+    def lr_max(self) -> float:
+        return 1e-2
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    strategy: Literal["allreduce"] = "allreduce"
+    """How gradients become parameters across ranks (allreduce = DD-PPO)."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """auto: NCCL when CUDA is used, Gloo otherwise."""
+    timeout: float = 120.0
+    """Seconds a collective may wait for a peer before every rank exits with an error."""
+    profile_sync: bool = False
+    """Barrier before each gradient all-reduce to measure time/sync (the barrier costs time)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    task: str = "cartpole"
+    """Registered task name (see `distrl list`)."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    seed: int = 0
+    """Base seed; each rank uses seed + global rank."""
+    device: str = "auto"
+    """auto: cuda:{LOCAL_RANK} when CUDA is available, else cpu. Or an explicit torch device."""
+    distributed: bool = False
+    """Join a torch.distributed process group (set by torchrun's env vars; see --nproc)."""
+    nproc: int = 1
+    """Start this many local processes under torchrun (standalone, loopback)."""
+    max_restarts: int = 0
+    """torchrun elastic restarts when a rank dies (use with --resume auto)."""
+    threads: int | None = None
+    """Intra-op threads per process; default cores / local world size."""
+    run_dir: str | None = None
+    """Output directory; default runs/<task>/<timestamp>."""
+    resume: str | None = None
+    """Checkpoint path, run directory, or 'auto' (newest valid checkpoint in --run-dir)."""
+    tensorboard: bool = True
+    """Write TensorBoard events into the run directory."""
+    wandb: bool = False
+    """Log to Weights & Biases (needs the wandb extra)."""
+    progress: bool = True
+    """Show the live progress display on the console."""
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per rank per iteration."""
+        return self.env.num_envs * self.agent.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        """Transitions per rank per minibatch."""
+        return self.batch_size // self.agent.num_minibatches
+
+
+def _positive(errors: list[str], name: str, value: float, fix: str) -> None:
+    if value <= 0:
+        errors.append(f"{name} must be positive, got {value}; {fix}")
+
+
+def validate(cfg: TrainConfig, known_tasks: list[str] | None = None) -> TrainConfig:
+    """Check every relation between fields; raise one ValueError listing every problem."""
+    errors: list[str] = []
+    a, e = cfg.agent, cfg.env
+    if known_tasks is not None and cfg.task not in known_tasks:
+        import difflib
+
+        close = difflib.get_close_matches(cfg.task, known_tasks, n=3, cutoff=0.4)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        errors.append(
+            f"unknown task {cfg.task!r}.{hint} Run `distrl list` for every task, or use "
+            f"gym:<Id> for a Gymnasium environment."
+        )
+    _positive(errors, "--env.num-envs", e.num_envs, "set it to 1 or more")
+    _positive(errors, "--agent.num-steps", a.num_steps, "set it to 1 or more")
+    _positive(errors, "--agent.max-iterations", a.max_iterations, "set it to 1 or more")
+    _positive(errors, "--agent.num-epochs", a.num_epochs, "set it to 1 or more")
+    _positive(errors, "--agent.num-minibatches", a.num_minibatches, "set it to 1 or more")
+    _positive(errors, "--agent.learning-rate", a.learning_rate, "use e.g. 3e-4")
+    _positive(errors, "--agent.save-interval", a.save_interval, "set it to 1 or more")
+    _positive(errors, "--nproc", cfg.nproc, "set it to 1 or more")
+    _positive(errors, "--dist.timeout", cfg.dist.timeout, "use e.g. 120")
+    if e.max_episode_steps is not None:
+        _positive(errors, "--env.max-episode-steps", e.max_episode_steps, "or leave it unset")
+    if not 0.0 <= a.gamma <= 1.0:
+        errors.append(f"--agent.gamma must be in [0, 1], got {a.gamma}")
+    if not 0.0 <= a.gae_lambda <= 1.0:
+        errors.append(f"--agent.gae-lambda must be in [0, 1], got {a.gae_lambda}")
+    if a.num_minibatches > 0 and e.num_envs > 0 and a.num_steps > 0:
+        batch = cfg.batch_size
+        if batch % a.num_minibatches:
+            lo = batch - batch % a.num_minibatches
+            errors.append(
+                f"rollout batch {e.num_envs} envs x {a.num_steps} steps = {batch} is not "
+                f"divisible by --agent.num-minibatches {a.num_minibatches}; choose num-envs so "
+                f"that the batch is a multiple (e.g. a batch of {lo} or {lo + a.num_minibatches})"
+                f" or a minibatch count that divides {batch}"
+            )
+        elif batch // a.num_minibatches < 2:
+            errors.append(
+                f"minibatch size {batch} // {a.num_minibatches} = {batch // a.num_minibatches} "
+                f"is below 2 (advantage std and the update need at least 2 samples); raise "
+                f"--env.num-envs or --agent.num-steps, or lower --agent.num-minibatches"
+            )
+    if a.target_kl is not None and a.target_kl <= 0:
+        errors.append(f"--agent.target-kl must be positive or None, got {a.target_kl}")
+    if errors:
+        raise ValueError("invalid configuration:\n  - " + "\n  - ".join(errors))
+    return cfg
+
+
+def to_dict(cfg: TrainConfig) -> dict:
+    """Plain nested dict (for config.yaml and checkpoint metadata)."""
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(d: dict) -> TrainConfig:
+    """Inverse of ``to_dict`` (tuples restored)."""
+
+    def build(cls, data):
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in data:
+                continue
+            v = data[f.name]
+            sub = _SUBTREES.get(f.name) if cls is TrainConfig else None
+            if sub is not None:
+                v = build(sub, v)
+            elif isinstance(v, list):
+                v = tuple(v)
+            kwargs[f.name] = v
+        return cls(**kwargs)
+
+    return build(TrainConfig, d)
+
+
+_SUBTREES = {"env": EnvConfig, "policy": PolicyConfig, "agent": AgentConfig, "dist": DistConfig}

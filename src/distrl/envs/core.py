@@ -1,0 +1,75 @@
+"""The VecEnv contract: N environments stepped as one batch of torch tensors on one device.
+
+Shapes (N = ``num_envs``):
+  reset(seed)    -> obs            [N, obs_dim] float32
+  step(actions)  -> obs            [N, obs_dim] float32
+                    reward         [N]          float32
+                    terminated     [N]          bool   (MDP ended: do not bootstrap)
+                    truncated      [N]          bool   (time limit: bootstrap from final_obs)
+                    info           dict with at least "final_obs" [N, obs_dim]
+  actions: discrete  -> [N] int64 ;  continuous -> [N, act_dim] float32 (already clipped)
+
+Done envs (terminated | truncated) reset inside the same ``step``: the returned ``obs`` row is the
+first observation of the next episode, and ``info["final_obs"]`` holds the observation that ended
+the episode (for rows that are not done it equals ``obs``). Truncated episodes must bootstrap from
+V(final_obs), never from the reset state.
+
+Envs never import torch.distributed, never log and never touch files.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class ActionSpace:
+    """What the policy must emit. ``n`` for discrete; ``low``/``high`` ([act_dim]) for continuous."""
+
+    kind: str  # "discrete" | "continuous"
+    n: int = 0
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+
+    @property
+    def discrete(self) -> bool:
+        return self.kind == "discrete"
+
+    @property
+    def dim(self) -> int:
+        """Number of policy outputs: logits for discrete, means for continuous."""
+        return self.n if self.discrete else len(self.low)
+
+
+class VecEnv(ABC):
+    """A batch of ``num_envs`` environments living on ``device``."""
+
+    num_envs: int
+    obs_dim: int
+    action_space: ActionSpace
+    device: torch.device
+    max_episode_steps: int
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset every env; ``seed`` makes the whole batch reproducible. Returns obs [N, obs_dim]."""
+
+    @abstractmethod
+    def step(
+        self, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Advance every env one step; see the module docstring for shapes and reset semantics."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue bit-for-bit after a resume (state tensors, RNG)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of ``state_dict``. Envs that cannot restore state leave this a no-op."""
+
+    def close(self) -> None:
+        """Release resources (subprocesses, renderers)."""

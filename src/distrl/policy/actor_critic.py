@@ -1,0 +1,90 @@
+"""Actor-critic MLPs with orthogonal initialization (as in CleanRL / rsl_rl PPO).
+
+Hidden layers use gain sqrt(2), the policy head gain 0.01 (near-uniform initial policy) and the
+value head gain 1. Observations pass through a ``RunningNorm`` that lives inside the module, so
+the statistics travel with the parameters (broadcast, checkpoint) and rollout and update see the
+same normalization within an iteration.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from distrl.config import PolicyConfig
+from distrl.envs.core import ActionSpace
+from distrl.policy import distributions as D
+from distrl.policy.normalizer import RunningNorm
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "elu": nn.ELU, "relu": nn.ReLU}
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, act: str, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    last = in_dim
+    for h in hidden:
+        lin = nn.Linear(last, h)
+        nn.init.orthogonal_(lin.weight, math.sqrt(2.0))
+        nn.init.zeros_(lin.bias)
+        layers += [lin, _ACTIVATIONS[act]()]
+        last = h
+    out = nn.Linear(last, out_dim)
+    nn.init.orthogonal_(out.weight, out_gain)
+    nn.init.zeros_(out.bias)
+    layers.append(out)
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    def __init__(self, obs_dim: int, action_space: ActionSpace, cfg: PolicyConfig):
+        super().__init__()
+        self.action_space = action_space
+        self.discrete = action_space.discrete
+        self.normalizer = RunningNorm(obs_dim, enabled=cfg.obs_normalization)
+        self.actor = mlp(obs_dim, cfg.actor_hidden, action_space.dim, cfg.activation, 0.01)
+        self.critic = mlp(obs_dim, cfg.critic_hidden, 1, cfg.activation, 1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((action_space.dim,), cfg.init_log_std))
+            self.register_buffer("action_low", torch.tensor(action_space.low))
+            self.register_buffer("action_high", torch.tensor(action_space.high))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(s) [N] for raw observations [N, obs_dim]."""
+        return self.critic(self.normalizer(obs)).squeeze(-1)
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample (actions, log_prob [N], value [N]) for raw observations. Continuous actions are
+        returned unclipped (their log-prob must match); use ``env_action`` before stepping."""
+        x = self.normalizer(obs)
+        out = self.actor(x)
+        value = self.critic(x).squeeze(-1)
+        if self.discrete:
+            actions, logp = D.categorical_sample(out)
+        else:
+            actions, logp = D.gaussian_sample(out, self.log_std.expand_as(out))
+        return actions, logp, value
+
+    def env_action(self, actions: torch.Tensor) -> torch.Tensor:
+        """What the env receives: continuous actions clipped to the action bounds."""
+        if self.discrete:
+            return actions
+        return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
+
+    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.actor(self.normalizer(obs))
+        return self.env_action(out.argmax(-1) if self.discrete else out)
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_prob [N], entropy [N], value [N]) of given actions under the current policy."""
+        x = self.normalizer(obs)
+        out = self.actor(x)
+        value = self.critic(x).squeeze(-1)
+        if self.discrete:
+            logp, ent = D.categorical_logprob_entropy(out, actions)
+        else:
+            logp, ent = D.gaussian_logprob_entropy(out, self.log_std.expand_as(out), actions)
+        return logp, ent, value

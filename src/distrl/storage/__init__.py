@@ -1,0 +1,1 @@
+"""Rollout storage and advantage estimators (pure tensor code)."""

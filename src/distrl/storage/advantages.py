@@ -1,0 +1,57 @@
+"""Advantage estimators as pure functions.
+
+GAE (Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
+Estimation"), with terminated and truncated kept apart:
+
+    delta_t = r_t + gamma * [ (1 - done_t) V(s_{t+1}) + truncated_t V(s_final_t) ] - V(s_t)
+    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1},    done = terminated | truncated
+
+A terminated step bootstraps from nothing; a truncated one from V(final observation), never from
+the reset state that follows it.
+
+RLOO (Kool et al. 2019, "Buy 4 REINFORCE Samples, Get a Baseline for Free!"): for k episodes
+from the same start, A_i = R_i - mean_{j != i} R_j.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    final_values: torch.Tensor,
+    last_values: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and returns [T, N].
+
+    rewards, values, terminated, truncated, final_values: [T, N]; final_values holds
+    V(final_obs) where truncated (other entries are ignored); last_values: V(s_T) [N].
+    """
+    T = rewards.shape[0]
+    term = terminated.to(rewards.dtype)
+    trunc = truncated.to(rewards.dtype)
+    not_done = 1.0 - torch.maximum(term, trunc)
+    next_values = torch.cat([values[1:], last_values.unsqueeze(0)], 0)
+    deltas = rewards + gamma * (not_done * next_values + trunc * final_values) - values
+    discounts = gamma * lam * not_done
+    adv = torch.empty_like(rewards)
+    running = torch.zeros_like(last_values)
+    for t in range(T - 1, -1, -1):  # T is small (16-256); N is the wide axis
+        running = deltas[t] + discounts[t] * running
+        adv[t] = running
+    return adv, adv + values
+
+
+def rloo(returns: torch.Tensor) -> torch.Tensor:
+    """Leave-one-out advantages for returns [G, k] (G groups of k samples from one start)."""
+    k = returns.shape[-1]
+    if k < 2:
+        raise ValueError(f"RLOO needs at least 2 samples per group, got k={k}")
+    total = returns.sum(-1, keepdim=True)
+    return returns - (total - returns) / (k - 1)

@@ -1,0 +1,85 @@
+"""Start real Gloo ranks on loopback with a hard timeout: a hang is a failure, never a stuck CI."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(fn: Callable, rank: int, world: int, port: int, q: mp.Queue, args: tuple) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+    )
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        q.put((rank, "ok", fn(rank, world, *args)))
+    except BaseException as e:  # report, then exit non-zero like a crashed rank would
+        q.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        raise SystemExit(1) from None
+
+
+def run_ranks(
+    fn: Callable, world: int, *args: Any, timeout: float = 120.0
+) -> tuple[dict[int, tuple[str, Any]], dict[int, int | None], float]:
+    """Run ``fn(rank, world, *args)`` in ``world`` spawned processes.
+
+    Returns ({rank: (status, result_or_error)}, {rank: exitcode}, elapsed seconds). Processes
+    still alive after ``timeout`` are killed and reported with exitcode None.
+    """
+    ctx = mp.get_context("spawn")
+    q: mp.Queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_child, args=(fn, r, world, port, q, args)) for r in range(world)]
+    t0 = time.monotonic()
+    for p in procs:
+        p.start()
+    results: dict[int, tuple[str, Any]] = {}
+    deadline = t0 + timeout
+    while len(results) < world and time.monotonic() < deadline:
+        try:
+            rank, status, value = q.get(timeout=0.2)
+            results[rank] = (status, value)
+        except queue.Empty:
+            if all(not p.is_alive() for p in procs):
+                try:  # drain what the last process put before exiting
+                    while True:
+                        rank, status, value = q.get(timeout=0.5)
+                        results[rank] = (status, value)
+                except queue.Empty:
+                    break
+    codes: dict[int, int | None] = {}
+    for r, p in enumerate(procs):
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+            codes[r] = None
+        else:
+            codes[r] = p.exitcode
+    return results, codes, time.monotonic() - t0
+
+
+def expect_ok(results: dict[int, tuple[str, Any]], codes: dict[int, int | None], world: int) -> list:
+    for r in range(world):
+        assert codes.get(r) == 0, f"rank {r} exit code {codes.get(r)}: {results.get(r)}"
+        assert results[r][0] == "ok", f"rank {r}: {results[r][1]}"
+    return [results[r][1] for r in range(world)]

@@ -1,0 +1,53 @@
+"""W ranks must match one process on the same data: the proof that gradient averaging and the
+global statistics (advantage mean/std, normalizer moments, KL for the adaptive LR and early
+stopping) are right."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.distributed.harness import expect_ok, run_ranks
+from tests.distributed.workers import equivalence
+
+pytestmark = pytest.mark.timeout(180)
+
+AGENT = dict(norm_adv=True, lr_schedule="adaptive", num_minibatches=4, num_epochs=3)
+
+
+def test_two_ranks_match_one_process_on_the_same_data():
+    single = expect_ok(*run_ranks(equivalence, 1, 16, 4, AGENT, timeout=120)[:2], 1)[0]
+    ranks = expect_ok(*run_ranks(equivalence, 2, 16, 4, AGENT, timeout=120)[:2], 2)
+    # identical replicas, bit for bit
+    assert torch.equal(ranks[0]["params"], ranks[1]["params"])
+    assert torch.equal(ranks[0]["norm"], ranks[1]["norm"])
+    # and equal to the single process up to float summation order
+    torch.testing.assert_close(ranks[0]["params"], single["params"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ranks[0]["norm"], single["norm"], atol=1e-6, rtol=1e-6)
+    # the adaptive LR moved, and identically
+    assert ranks[0]["lr"] == ranks[1]["lr"]
+    assert ranks[0]["lr"] == pytest.approx(single["lr"])
+    assert {round(u["lr"], 8) for u in single["updates"]} != {3e-3}
+
+
+def test_kl_crossing_on_one_rank_only_stops_every_rank_together():
+    # Run once without a target to see each rank's own KL per minibatch ...
+    free = expect_ok(*run_ranks(equivalence, 2, 16, 2, AGENT, timeout=120)[:2], 2)
+    k0, k1 = (torch.tensor(r["local_kls"]) for r in free)
+    glob = (k0 + k1) / 2
+    hi, lo = torch.maximum(k0, k1), torch.minimum(k0, k1)
+    # ... pick a target that one rank's own KL crosses while the global KL does not.
+    cand = [j for j in range(1, len(glob)) if hi[j] > 1.2 * glob[j] and glob[:j + 1].max() < hi[j]]
+    assert cand, "the recorded data should give the ranks different KLs"
+    j = cand[0]
+    target = float((glob[: j + 1].max() + hi[j]) / 2)
+    assert lo[j] < target < hi[j]
+    agent = dict(AGENT, target_kl=target)
+    ranks = expect_ok(*run_ranks(equivalence, 2, 16, 2, agent, timeout=120)[:2], 2)
+    assert ranks[0]["updates"] == ranks[1]["updates"]
+    assert torch.equal(ranks[0]["params"], ranks[1]["params"])
+    single = expect_ok(*run_ranks(equivalence, 1, 16, 2, agent, timeout=120)[:2], 1)[0]
+    assert [u["train/updates"] for u in single["updates"]] == [
+        u["train/updates"] for u in ranks[0]["updates"]
+    ]
+    torch.testing.assert_close(ranks[0]["params"], single["params"], atol=1e-5, rtol=1e-5)

@@ -1,0 +1,120 @@
+"""Functions run inside spawned ranks (importable by module name for the spawn start method)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from distrl.config import AgentConfig, EnvConfig, TrainConfig
+
+
+def small_config(num_envs: int, distributed: bool, **agent) -> TrainConfig:
+    a = dict(num_steps=8, num_epochs=3, num_minibatches=4, learning_rate=3e-3,
+             lr_schedule="adaptive", desired_kl=0.002, max_iterations=4, save_interval=1000)
+    a.update(agent)
+    return TrainConfig(
+        task="cartpole",
+        env=EnvConfig(num_envs=num_envs),
+        agent=AgentConfig(**a),
+        distributed=distributed,
+        tensorboard=False,
+        progress=False,
+        threads=1,
+    )
+
+
+def recorded(iteration: int, T: int, N: int, obs_dim: int) -> dict[str, torch.Tensor]:
+    """Deterministic fake transitions for all N envs of the global layout (seeded by iteration)."""
+    g = torch.Generator().manual_seed(1000 + iteration)
+    obs = torch.randn(T, N, obs_dim, generator=g) * 2.0 + 0.5
+    return {
+        "obs": obs,
+        "next_obs": torch.randn(N, obs_dim, generator=g),
+        "actions": torch.randint(0, 2, (T, N), generator=g),
+        "rewards": torch.rand(T, N, generator=g),
+        "terminated": torch.rand(T, N, generator=g) < 0.05,
+        "truncated": torch.rand(T, N, generator=g) < 0.05,
+        "final_obs": torch.randn(T, N, obs_dim, generator=g),
+    }
+
+
+def equivalence(rank: int, world: int, total_envs: int, iterations: int, agent: dict) -> dict:
+    """Train on recorded transitions; ranks hold contiguous slices of the global envs.
+
+    world == 1 stands for the single process holding every env (minibatches formed with
+    blocks = 2 so they equal the union of the two ranks' minibatches).
+    """
+    from distrl.distributed import context
+    from distrl.envs.registry import make_env
+    from distrl.runner.on_policy import OnPolicyRunner
+
+    ranks_in_layout = 2
+    n_local = total_envs // world
+    cfg = small_config(n_local, distributed=world > 1, **agent)
+    ctx = context.init(cfg)
+    try:
+        env = make_env(cfg, ctx.device)
+        runner = OnPolicyRunner(cfg, ctx, env)
+        if world == 1:
+            runner.shuffle_blocks = ranks_in_layout
+        local_kls: list[float] = []
+        n_grad = runner.ppo.num_grad
+        inner = runner.strategy.allreduce_sum_
+
+        def spy(t: torch.Tensor) -> None:  # record each rank's own KL before agreement
+            if t.numel() == n_grad + 6:
+                local_kls.append(float(t[n_grad]))
+            inner(t)
+
+        runner.ppo.reducer.allreduce_sum_ = spy
+        T = cfg.agent.num_steps
+        sl = slice(rank * n_local, (rank + 1) * n_local)
+        updates = []
+        for it in range(iterations):
+            d = recorded(it, T, total_envs, env.obs_dim)
+            buf = runner.buffer
+            with torch.no_grad():
+                buf.obs.copy_(d["obs"][:, sl])
+                buf.actions.copy_(d["actions"][:, sl])
+                logp, _, values = runner.policy.evaluate(
+                    buf.obs.reshape(-1, env.obs_dim), buf.actions.reshape(-1)
+                )
+                buf.logprobs.copy_(logp.view(T, n_local))
+                buf.values.copy_(values.view(T, n_local))
+                buf.rewards.copy_(d["rewards"][:, sl])
+                buf.terminated.copy_(d["terminated"][:, sl])
+                buf.truncated.copy_(d["truncated"][:, sl])
+                buf.final_values.copy_(
+                    runner.policy.value(d["final_obs"][:, sl].reshape(-1, env.obs_dim)).view(
+                        T, n_local
+                    )
+                )
+                runner.obs = d["next_obs"][sl].clone()
+            m = runner.learn_step()
+            updates.append({k: m[k] for k in ("train/updates", "train/early_stop", "lr")})
+        params = torch.cat([p.detach().reshape(-1) for p in runner.policy.parameters()])
+        norm = runner.policy.normalizer
+        return {
+            "params": params,
+            "norm": torch.cat([norm.mean64, norm.m2, norm.count.view(1)]),
+            "updates": updates,
+            "local_kls": local_kls,
+            "lr": runner.ppo.lr,
+        }
+    finally:
+        context.shutdown()
+
+
+def train_run(rank: int, world: int, overrides: dict) -> dict:
+    """The real training entry point inside a rank (used by failure and agreement tests)."""
+    from distrl.cli import run_training
+
+    cfg = small_config(overrides.pop("num_envs", 32), distributed=world > 1)
+    sub = {k: v for k, v in overrides.items() if k in ("agent", "dist", "env")}
+    top = {k: v for k, v in overrides.items() if k not in sub}
+    for k, v in sub.items():
+        cfg = dataclasses.replace(cfg, **{k: dataclasses.replace(getattr(cfg, k), **v)})
+    cfg = dataclasses.replace(cfg, **top)
+    final = run_training(cfg)
+    return {"iteration": final.get("iteration")}

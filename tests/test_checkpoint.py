@@ -1,0 +1,509 @@
+"""Checkpoint save/load/discovery/resume: every way a checkpoint can be bad is refused, by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import random
+import shlex
+
+import numpy as np
+import pytest
+import torch
+
+from distrl import checkpoint as ck
+from distrl.checkpoint import (
+    SCHEMA_VERSION,
+    CheckpointError,
+    capture_rng_state,
+    check_resume_compatible,
+    checkpoint_path,
+    config_hash,
+    find_latest_valid,
+    load_checkpoint,
+    resolve_resume,
+    restore_rng_state,
+    save_checkpoint,
+)
+from distrl.config import TrainConfig, to_dict
+
+
+def _meta(cfg: TrainConfig | None = None, world_size: int = 1) -> dict:
+    cfg_dict = to_dict(cfg or TrainConfig())
+    return {
+        "config": cfg_dict,
+        "config_hash": config_hash(cfg_dict),
+        "world_size": world_size,
+        "env_steps": 1234,
+        "task": cfg_dict["task"],
+    }
+
+
+def _state(seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "model": {"w": torch.randn(64, 32, generator=g), "b": torch.zeros(32)},
+        "big": torch.full((8192,), 1.2345),
+        "iteration": 7,
+        "lr": 3e-4,
+        "name": "cartpole",
+        "history": [1, 2.5, "x", None, (3, 4)],
+        "flags": {"done": True},
+    }
+
+
+def _rewrite_manifest(path, **changes) -> None:
+    mpath = ck.manifest_path(path)
+    manifest = json.loads(mpath.read_text())
+    manifest.update(changes)
+    mpath.write_text(json.dumps(manifest))
+
+
+# ---------------------------------------------------------------------------- save / load
+
+
+def test_checkpoint_path_and_glob(tmp_path):
+    assert checkpoint_path(tmp_path, 42) == tmp_path / "ckpt_00000042.pt"
+    assert ck.checkpoint_iteration(tmp_path / "ckpt_00000042.pt") == 42
+    assert ck.checkpoint_iteration(tmp_path / ".tmp-ckpt_00000042.pt.1.ab") is None
+
+
+def test_round_trip(tmp_path):
+    state = _state()
+    path = save_checkpoint(tmp_path, 3, state, _meta())
+    assert path == checkpoint_path(tmp_path, 3)
+    loaded, manifest = load_checkpoint(path)
+    assert loaded.keys() == state.keys()
+    torch.testing.assert_close(loaded["model"], state["model"])
+    torch.testing.assert_close(loaded["big"], state["big"])
+    for k in ("iteration", "lr", "name", "history", "flags"):
+        assert loaded[k] == state[k]
+    assert manifest["file"] == path.name
+    assert manifest["iteration"] == 3
+    assert manifest["schema_version"] == SCHEMA_VERSION
+    assert manifest["size"] == path.stat().st_size
+    assert manifest["world_size"] == 1 and manifest["env_steps"] == 1234
+    assert manifest["config"]["policy"]["actor_hidden"] == [64, 64]
+    # No temp files survive a successful save.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt_00000003.json", "ckpt_00000003.pt"]
+
+
+def test_meta_may_not_shadow_manifest_keys(tmp_path):
+    with pytest.raises(ValueError, match="sha256"):
+        save_checkpoint(tmp_path, 1, _state(), {"sha256": "x"})
+    assert not list(tmp_path.iterdir())
+
+
+def test_truncated_file(tmp_path):
+    path = save_checkpoint(tmp_path, 1, _state(), _meta())
+    full = path.stat().st_size
+    path.write_bytes(path.read_bytes()[: full // 2])
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path)
+    msg = str(err.value)
+    assert str(path) in msg and f"truncated: {full // 2} bytes, manifest says {full}" in msg
+
+
+def test_empty_file(tmp_path):
+    path = save_checkpoint(tmp_path, 1, _state(), _meta())
+    path.write_bytes(b"")
+    with pytest.raises(CheckpointError, match="empty file") as err:
+        load_checkpoint(path)
+    assert str(path) in str(err.value)
+
+
+def test_bit_flip_inside_tensor_data_is_caught(tmp_path):
+    state = _state()
+    path = save_checkpoint(tmp_path, 1, state, _meta())
+    raw = bytearray(path.read_bytes())
+    storage = state["big"].numpy().tobytes()
+    start = raw.find(storage)
+    assert start >= 0, "tensor storage not found verbatim in the file"
+    raw[start + len(storage) // 2] ^= 0x10
+    path.write_bytes(bytes(raw))
+
+    # Why the sha256 matters: torch alone loads the corrupted tensor without complaint.
+    silently = torch.load(io.BytesIO(bytes(raw)), weights_only=True)
+    assert (silently["big"] != state["big"]).sum() == 1
+
+    with pytest.raises(CheckpointError, match="sha256 mismatch") as err:
+        load_checkpoint(path)
+    assert str(path) in str(err.value)
+
+
+def test_missing_manifest(tmp_path):
+    path = save_checkpoint(tmp_path, 1, _state(), _meta())
+    ck.manifest_path(path).unlink()
+    with pytest.raises(CheckpointError, match="missing manifest ckpt_00000001.json") as err:
+        load_checkpoint(path)
+    assert str(path) in str(err.value)
+
+
+def test_unknown_schema_version(tmp_path):
+    path = save_checkpoint(tmp_path, 1, _state(), _meta())
+    _rewrite_manifest(path, schema_version=99)
+    with pytest.raises(CheckpointError, match="schema version 99"):
+        load_checkpoint(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist") as err:
+        load_checkpoint(tmp_path / "ckpt_00000001.pt")
+    assert "ckpt_00000001.pt" in str(err.value)
+
+
+def test_malicious_pickle_is_refused_without_running(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {shlex.quote(str(marker))}",))
+
+    # Write the payload as a "checkpoint" with a valid manifest, so size and sha256 pass and
+    # the refusal has to come from weights_only=True.
+    buf = io.BytesIO()
+    torch.save({"model": Payload()}, buf)
+    good = save_checkpoint(tmp_path, 1, {"placeholder": 0}, _meta())
+    good.write_bytes(buf.getvalue())
+    _rewrite_manifest(
+        good,
+        size=len(buf.getvalue()),
+        sha256=hashlib.sha256(buf.getvalue()).hexdigest(),
+    )
+
+    with pytest.raises(CheckpointError, match="not loadable with weights_only=True") as err:
+        load_checkpoint(good)
+    assert str(good) in str(err.value)
+    assert not marker.exists(), "the pickled payload ran"
+
+    # Control: the payload is live, i.e. the test above proves something.
+    torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+    assert marker.exists()
+
+
+def test_state_must_be_a_dict(tmp_path):
+    path = save_checkpoint(tmp_path, 1, {"x": 1}, _meta())
+    buf = io.BytesIO()
+    torch.save([1, 2], buf)
+    path.write_bytes(buf.getvalue())
+    _rewrite_manifest(
+        path,
+        size=len(buf.getvalue()),
+        sha256=hashlib.sha256(buf.getvalue()).hexdigest(),
+    )
+    with pytest.raises(CheckpointError, match="expected a dict"):
+        load_checkpoint(path)
+
+
+# ---------------------------------------------------------------- interrupted saves
+
+
+def test_failed_data_replace_keeps_previous_checkpoint(tmp_path, monkeypatch):
+    save_checkpoint(tmp_path, 1, _state(1), _meta())
+
+    def boom(src, dst):
+        raise OSError("simulated crash during os.replace")
+
+    monkeypatch.setattr(ck.os, "replace", boom)
+    with pytest.raises(OSError, match="simulated crash"):
+        save_checkpoint(tmp_path, 2, _state(2), _meta())
+    monkeypatch.undo()
+
+    path, skipped = find_latest_valid(tmp_path)
+    assert path == checkpoint_path(tmp_path, 1) and skipped == []
+    load_checkpoint(path)
+    assert not any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())
+
+
+def test_crash_between_data_and_manifest_is_incomplete(tmp_path, monkeypatch):
+    save_checkpoint(tmp_path, 1, _state(1), _meta())
+    real_replace = os.replace
+    calls = []
+
+    def replace_then_die(src, dst):
+        calls.append(dst)
+        if str(dst).endswith(".json"):
+            raise OSError("killed before the manifest landed")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ck.os, "replace", replace_then_die)
+    with pytest.raises(OSError):
+        save_checkpoint(tmp_path, 2, _state(2), _meta())
+    monkeypatch.undo()
+
+    assert checkpoint_path(tmp_path, 2).exists()  # data landed, manifest did not
+    path, skipped = find_latest_valid(tmp_path)
+    assert path == checkpoint_path(tmp_path, 1)
+    assert [(p.name, "missing manifest" in r) for p, r in skipped] == [("ckpt_00000002.pt", True)]
+
+
+def test_killed_save_leaves_temp_files_that_discovery_ignores(tmp_path):
+    save_checkpoint(tmp_path, 1, _state(1), _meta())
+    # What a SIGKILL in the middle of writing iteration 2 leaves behind.
+    (tmp_path / ".tmp-ckpt_00000002.pt.123.deadbeef").write_bytes(b"half a checkpoint")
+    (tmp_path / ".tmp-ckpt_00000002.json.123.deadbeef").write_text("{")
+    path, skipped = find_latest_valid(tmp_path)
+    assert path == checkpoint_path(tmp_path, 1)
+    assert skipped == []
+
+
+def test_resave_same_iteration(tmp_path):
+    save_checkpoint(tmp_path, 5, _state(1), _meta())
+    path = save_checkpoint(tmp_path, 5, _state(2), _meta())
+    loaded, _ = load_checkpoint(path)
+    torch.testing.assert_close(loaded["model"]["w"], _state(2)["model"]["w"])
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def test_find_latest_valid_skips_corrupt_newest(tmp_path):
+    for it in (1, 10, 20):
+        save_checkpoint(tmp_path, it, _state(it), _meta())
+    newest = checkpoint_path(tmp_path, 20)
+    newest.write_bytes(newest.read_bytes()[:100])
+    ck.manifest_path(checkpoint_path(tmp_path, 10)).unlink()
+    (tmp_path / "ckpt_notanumber.pt").write_bytes(b"ignored")
+
+    path, skipped = find_latest_valid(tmp_path)
+    assert path == checkpoint_path(tmp_path, 1)
+    assert [p.name for p, _ in skipped] == ["ckpt_00000020.pt", "ckpt_00000010.pt"]
+    assert skipped[0][1].startswith("truncated: 100 bytes")
+    assert skipped[1][1].startswith("missing manifest")
+
+
+def test_find_latest_valid_orders_by_iteration(tmp_path):
+    for it in (9, 100, 12):
+        save_checkpoint(tmp_path, it, _state(it), _meta())
+    assert find_latest_valid(tmp_path) == (checkpoint_path(tmp_path, 100), [])
+
+
+def test_find_latest_valid_empty_or_missing_dir(tmp_path):
+    assert find_latest_valid(tmp_path) == (None, [])
+    assert find_latest_valid(tmp_path / "nope") == (None, [])
+
+
+# ------------------------------------------------------------------------------ resume
+
+
+def test_resolve_resume_file(tmp_path):
+    path = save_checkpoint(tmp_path / "checkpoints", 4, _state(), _meta())
+    assert resolve_resume(str(path), None) == (path, [])
+
+
+def test_resolve_resume_run_dir_and_checkpoints_dir(tmp_path):
+    ckdir = tmp_path / "checkpoints"
+    save_checkpoint(ckdir, 4, _state(), _meta())
+    newest = save_checkpoint(ckdir, 8, _state(), _meta())
+    assert resolve_resume(str(tmp_path), None) == (newest, [])
+    assert resolve_resume(str(ckdir), None) == (newest, [])
+
+
+def test_resolve_resume_auto(tmp_path):
+    # First start under torchrun: nothing yet -> fresh run.
+    assert resolve_resume("auto", tmp_path) == (None, [])
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / ".tmp-ckpt_00000001.pt.1.ab").write_bytes(b"x")
+    assert resolve_resume("auto", tmp_path) == (None, [])
+
+    ckdir = tmp_path / "checkpoints"
+    good = save_checkpoint(ckdir, 4, _state(), _meta())
+    bad = save_checkpoint(ckdir, 8, _state(), _meta())
+    bad.write_bytes(b"garbage")
+    path, skipped = resolve_resume("auto", tmp_path)
+    assert path == good
+    assert [p for p, _ in skipped] == [bad]
+
+
+def test_resolve_resume_auto_all_invalid_raises(tmp_path):
+    ckdir = tmp_path / "checkpoints"
+    a = save_checkpoint(ckdir, 4, _state(), _meta())
+    b = save_checkpoint(ckdir, 8, _state(), _meta())
+    a.write_bytes(b"")
+    ck.manifest_path(b).unlink()
+    with pytest.raises(CheckpointError) as err:
+        resolve_resume("auto", tmp_path)
+    msg = str(err.value)
+    assert "none is valid" in msg and "from scratch" in msg
+    assert "ckpt_00000004.pt: empty file" in msg
+    assert "ckpt_00000008.pt: missing manifest" in msg
+
+
+def test_resolve_resume_auto_without_run_dir_raises():
+    with pytest.raises(CheckpointError, match="--run-dir"):
+        resolve_resume("auto", None)
+
+
+def test_resolve_resume_missing_path_raises(tmp_path):
+    missing = tmp_path / "no_such_run"
+    with pytest.raises(CheckpointError, match="does not exist") as err:
+        resolve_resume(str(missing), None)
+    assert str(missing) in str(err.value)
+
+
+def test_resolve_resume_explicit_dir_without_checkpoints_raises(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoints to resume from"):
+        resolve_resume(str(tmp_path), None)
+
+
+def test_resolve_resume_explicit_dir_all_invalid_raises(tmp_path):
+    path = save_checkpoint(tmp_path / "checkpoints", 1, _state(), _meta())
+    path.write_bytes(b"junk")
+    with pytest.raises(CheckpointError, match="none is valid"):
+        resolve_resume(str(tmp_path), None)
+
+
+# --------------------------------------------------------------------- compatibility
+
+
+def _manifest(tmp_path, cfg: TrainConfig, world_size: int = 2) -> dict:
+    path = save_checkpoint(tmp_path, 1, _state(), _meta(cfg, world_size))
+    return load_checkpoint(path)[1]
+
+
+def test_compatible_same_config_no_notes(tmp_path):
+    cfg = TrainConfig()
+    assert check_resume_compatible(_manifest(tmp_path, cfg), to_dict(cfg), 2) == []
+
+
+def test_config_hash_stable_through_json():
+    d = to_dict(TrainConfig())
+    assert config_hash(d) == config_hash(json.loads(json.dumps(d)))
+    safe = to_dict(TrainConfig(agent=dataclasses.replace(TrainConfig().agent, max_iterations=7)))
+    assert config_hash(safe) == config_hash(d)
+    other = to_dict(TrainConfig(task="pendulum"))
+    assert config_hash(other) != config_hash(d)
+
+
+def test_world_size_mismatch_refused(tmp_path):
+    cfg = TrainConfig()
+    with pytest.raises(CheckpointError) as err:
+        check_resume_compatible(_manifest(tmp_path, cfg, world_size=4), to_dict(cfg), 2)
+    msg = str(err.value)
+    assert "ckpt_00000001.pt" in msg
+    assert "world_size 4" in msg and "world_size 2" in msg and "re-split" in msg
+
+
+def test_network_shape_mismatch_refused(tmp_path):
+    cfg = TrainConfig()
+    wider = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, actor_hidden=(128,)))
+    with pytest.raises(CheckpointError) as err:
+        check_resume_compatible(_manifest(tmp_path, cfg), to_dict(wider), 2)
+    msg = str(err.value)
+    assert "ckpt_00000001.pt" in msg
+    assert "policy.actor_hidden: [64, 64] -> [128]" in msg
+    assert "critic_hidden" not in msg
+
+
+def test_all_problems_reported_together(tmp_path):
+    cfg = TrainConfig()
+    other = dataclasses.replace(cfg, task="pendulum")
+    with pytest.raises(CheckpointError) as err:
+        check_resume_compatible(_manifest(tmp_path, cfg, world_size=1), to_dict(other), 3)
+    msg = str(err.value)
+    assert 'task: "cartpole" -> "pendulum"' in msg and "world_size 1" in msg
+
+
+def test_safe_change_returns_note(tmp_path):
+    cfg = TrainConfig()
+    longer = dataclasses.replace(
+        cfg,
+        agent=dataclasses.replace(cfg.agent, max_iterations=200),
+        resume="auto",  # always differs on resume; not worth a note
+    )
+    notes = check_resume_compatible(_manifest(tmp_path, cfg), to_dict(longer), 2)
+    assert notes == ["agent.max_iterations: 100 -> 200"]
+
+
+def test_hash_mismatch_without_stored_config(tmp_path):
+    cfg = TrainConfig()
+    manifest = _manifest(tmp_path, cfg)
+    del manifest["config"]
+    assert check_resume_compatible(manifest, to_dict(cfg), 2) == []
+    with pytest.raises(CheckpointError, match="stores no config"):
+        check_resume_compatible(manifest, to_dict(dataclasses.replace(cfg, task="x")), 2)
+
+
+def test_unknown_schema_refused_by_compat_check(tmp_path):
+    cfg = TrainConfig()
+    manifest = {**_manifest(tmp_path, cfg), "schema_version": 2}
+    with pytest.raises(CheckpointError, match="schema version 2"):
+        check_resume_compatible(manifest, to_dict(cfg), 2)
+
+
+def test_checkpoint_error_pickles():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(CheckpointError("/x/ckpt_00000001.pt", "sha256 mismatch")))
+    assert str(err) == "checkpoint /x/ckpt_00000001.pt: sha256 mismatch"
+    assert err.reason == "sha256 mismatch"
+
+
+# --------------------------------------------------------------------------------- RNG
+
+
+def _draw() -> tuple:
+    return (
+        torch.rand(5),
+        torch.randn(3),
+        np.random.rand(5),
+        np.random.standard_normal(),  # exercises numpy's cached Gaussian
+        random.random(),
+        random.gauss(0.0, 1.0),  # exercises random's gauss_next
+    )
+
+
+def _assert_same(a: tuple, b: tuple) -> None:
+    torch.testing.assert_close(a[0], b[0], rtol=0, atol=0)
+    torch.testing.assert_close(a[1], b[1], rtol=0, atol=0)
+    np.testing.assert_array_equal(a[2], b[2])
+    assert a[3:] == b[3:]
+
+
+def test_rng_capture_restore():
+    torch.manual_seed(1)
+    np.random.seed(1)
+    random.seed(1)
+    np.random.standard_normal()  # leave a cached Gaussian in numpy's state
+    random.gauss(0.0, 1.0)
+    state = capture_rng_state()
+    first = _draw()
+    _draw()  # move every generator on
+    restore_rng_state(state)
+    _assert_same(first, _draw())
+
+
+def test_rng_state_round_trips_weights_only(tmp_path):
+    torch.manual_seed(2)
+    np.random.seed(2)
+    random.seed(2)
+    np.random.standard_normal()
+    random.gauss(0.0, 1.0)
+    path = save_checkpoint(tmp_path, 1, {"rng": capture_rng_state()}, _meta())
+    first = _draw()
+    _draw()
+    loaded, _ = load_checkpoint(path)  # weights_only=True inside
+    restore_rng_state(loaded["rng"])
+    _assert_same(first, _draw())
+
+
+def test_restore_rng_state_names_missing_parts():
+    with pytest.raises(ValueError, match="numpy"):
+        restore_rng_state({"torch": torch.get_rng_state(), "cuda": [], "python": {}})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_rng_capture_restore(tmp_path):
+    torch.cuda.manual_seed_all(3)
+    torch.rand(1, device="cuda")  # initialise CUDA so its state is captured
+    path = save_checkpoint(tmp_path, 1, {"rng": capture_rng_state()}, _meta())
+    first = torch.rand(5, device="cuda")
+    torch.rand(5, device="cuda")
+    loaded, _ = load_checkpoint(path, map_location="cuda")
+    assert loaded["rng"]["cuda"], "CUDA RNG state was not captured"
+    restore_rng_state(loaded["rng"])
+    torch.testing.assert_close(first, torch.rand(5, device="cuda"), rtol=0, atol=0)

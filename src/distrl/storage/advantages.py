@@ -6,7 +6,7 @@ Estimation"), with terminated and truncated kept apart:
     delta_t = r_t + gamma * [ (1 - done_t) V(s_{t+1}) + truncated_t V(s_final_t) ] - V(s_t)
     A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1},    done = terminated | truncated
 
-A terminated step bootstraps from nothing; a truncated one from V(final observation), never from
+A terminated step bootstraps from nothing (also when the time limit falls on it); a truncated one from V(final observation), never from
 the reset state that follows it.
 
 RLOO (Kool et al. 2019, "Buy 4 REINFORCE Samples, Get a Baseline for Free!"): for k episodes
@@ -37,6 +37,7 @@ def gae(
     term = terminated.to(rewards.dtype)
     trunc = truncated.to(rewards.dtype)
     not_done = 1.0 - torch.maximum(term, trunc)
+    trunc = trunc * (1.0 - term)  # a step that is both terminated and truncated: no bootstrap
     next_values = torch.cat([values[1:], last_values.unsqueeze(0)], 0)
     deltas = rewards + gamma * (not_done * next_values + trunc * final_values) - values
     discounts = gamma * lam * not_done

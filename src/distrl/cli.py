@@ -51,7 +51,13 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
         raise ValueError("usage: train <task> [overrides]; `distrl list` shows the tasks")
     task = get_task(argv[0])  # unknown names raise with close matches
     defaults = dataclasses.replace(task.default_config(), task=task.name)
-    cfg = tyro.cli(TrainConfig, default=defaults, args=argv[1:], prog=f"train {task.name}")
+    cfg = tyro.cli(
+        TrainConfig,
+        default=defaults,
+        args=argv[1:],
+        prog=f"train {task.name}",
+        config=(tyro.conf.FlagConversionOff,),  # `--distributed True`, as seed 000 writes it
+    )
     if cfg.task != task.name:
         raise ValueError(
             f"--task {cfg.task!r} contradicts the positional task {task.name!r}; give the task "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import socket
 import time
@@ -31,7 +32,9 @@ def _child(fn: Callable, rank: int, world: int, port: int, q: mp.Queue, args: tu
 
     torch.set_num_threads(1)
     try:
-        q.put((rank, "ok", fn(rank, world, *args)))
+        # plain pickle bytes: tensors would otherwise travel as shared memory that vanishes
+        # when this process exits
+        q.put((rank, "ok", pickle.dumps(fn(rank, world, *args))))
     except BaseException as e:  # report, then exit non-zero like a crashed rank would
         q.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         raise SystemExit(1) from None
@@ -82,4 +85,4 @@ def expect_ok(results: dict[int, tuple[str, Any]], codes: dict[int, int | None],
     for r in range(world):
         assert codes.get(r) == 0, f"rank {r} exit code {codes.get(r)}: {results.get(r)}"
         assert results[r][0] == "ok", f"rank {r}: {results[r][1]}"
-    return [results[r][1] for r in range(world)]
+    return [pickle.loads(results[r][1]) for r in range(world)]

@@ -71,9 +71,10 @@ class AllReduceStrategy:
         """[W, *tensor.shape]; the ranks' tensors must have equal shapes."""
         if not self.active:
             return tensor.unsqueeze(0)
-        out = torch.empty((self.world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
-        self._timed(dist.all_gather_into_tensor, out, tensor.contiguous())
-        return out
+        flat = tensor.reshape(-1).contiguous()
+        out = torch.empty(self.world_size * flat.numel(), dtype=tensor.dtype, device=tensor.device)
+        self._timed(dist.all_gather_single, out, flat)
+        return out.view(self.world_size, *tensor.shape)
 
     # ---- agreement on state ---------------------------------------------------------------
     def broadcast_tensors_(self, tensors: list[torch.Tensor], src: int = 0) -> None:

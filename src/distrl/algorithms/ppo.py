@@ -95,7 +95,7 @@ def adapt_lr(lr: float, kl: float, cfg: AgentConfig) -> float:
     return lr
 
 
-_SCALARS = ("approx_kl", "nonfinite", "pg_loss", "v_loss", "entropy", "clipfrac")
+_SCALARS = ("approx_kl", "pg_loss", "v_loss", "entropy", "clipfrac", "nonfinite")
 
 
 class PPO:
@@ -108,12 +108,18 @@ class PPO:
         n = sum(p.numel() for p in self.params)
         self.num_grad = n
         device = self.params[0].device
+        # Parameters and gradients are views into two flat buffers: backward writes grads in
+        # place (no cat before the all-reduce, no copy back after) and Adam steps one tensor
+        # instead of one per layer.
+        self.flat_param = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in self.params]))
         self.flat = torch.zeros(n + len(_SCALARS), device=device)
         offset = 0
-        for p in self.params:  # grads are views into the flat buffer: no cat, no copy-back
+        for p in self.params:
+            p.data = self.flat_param.data[offset : offset + p.numel()].view_as(p)
             p.grad = self.flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.learning_rate, eps=cfg.adam_eps)
+        self.flat_param.grad = self.flat[:n]
+        self.optimizer = torch.optim.Adam([self.flat_param], lr=cfg.learning_rate, eps=cfg.adam_eps)
         self.lr = cfg.learning_rate
         self.skipped_total = 0
         self.consecutive_skips = 0
@@ -189,16 +195,14 @@ class PPO:
                 self.flat.zero_()
                 loss.backward()
                 scalars = self.flat[n:]
-                for i, k in enumerate(_SCALARS):
-                    if k != "nonfinite":
-                        scalars[i] = parts[k]
-                scalars[1] = (~torch.isfinite(self.flat[:n]).all()).float() + (
-                    ~torch.isfinite(loss)
-                ).float()
+                scalars[:5] = torch.stack([parts[k] for k in _SCALARS[:5]])
+                scalars[5] = torch.logical_not(
+                    torch.isfinite(self.flat[:n]).all() & torch.isfinite(loss)
+                )
                 self.reducer.allreduce_sum_(self.flat)  # the one collective per minibatch
                 if W > 1:
                     self.flat.div_(W)
-                kl, nonfinite, pg, vl, ent, cf = scalars.tolist()  # one host sync
+                kl, pg, vl, ent, cf, nonfinite = scalars.tolist()  # one host sync
                 if nonfinite > 0:  # every rank sees the same sum: all skip together
                     skipped += 1
                     self.skipped_total += 1

@@ -18,7 +18,30 @@ from distrl.envs.core import ActionSpace
 from distrl.policy import distributions as D
 from distrl.policy.normalizer import RunningNorm
 
-_ACTIVATIONS = {"tanh": nn.Tanh, "elu": nn.ELU, "relu": nn.ReLU}
+class _SigmoidTanh(torch.autograd.Function):
+    """tanh(x) = 2 sigmoid(2x) - 1. On this CPU build aten::tanh is ~4x slower than sigmoid and
+    was a third of the PPO update; the identity is exact up to 2e-7 absolute."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)  # grad * (1 - y^2)
+
+
+class Tanh(nn.Module):
+    """tanh; the sigmoid form on CPU, the native kernel elsewhere."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _SigmoidTanh.apply(x) if x.device.type == "cpu" else torch.tanh(x)
+
+
+_ACTIVATIONS = {"tanh": Tanh, "elu": nn.ELU, "relu": nn.ReLU}
 
 
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, act: str, out_gain: float) -> nn.Sequential:

@@ -81,7 +81,9 @@ def run_ranks(
     return results, codes, time.monotonic() - t0
 
 
-def expect_ok(results: dict[int, tuple[str, Any]], codes: dict[int, int | None], world: int) -> list:
+def expect_ok(
+    results: dict[int, tuple[str, Any]], codes: dict[int, int | None], world: int
+) -> list:
     for r in range(world):
         assert codes.get(r) == 0, f"rank {r} exit code {codes.get(r)}: {results.get(r)}"
         assert results[r][0] == "ok", f"rank {r}: {results[r][1]}"

@@ -37,7 +37,7 @@ def test_kl_crossing_on_one_rank_only_stops_every_rank_together():
     glob = (k0 + k1) / 2
     hi, lo = torch.maximum(k0, k1), torch.minimum(k0, k1)
     # ... pick a target that one rank's own KL crosses while the global KL does not.
-    cand = [j for j in range(1, len(glob)) if hi[j] > 1.2 * glob[j] and glob[:j + 1].max() < hi[j]]
+    cand = [j for j in range(1, len(glob)) if hi[j] > 1.2 * glob[j] and glob[: j + 1].max() < hi[j]]
     assert cand, "the recorded data should give the ranks different KLs"
     j = cand[0]
     target = float((glob[: j + 1].max() + hi[j]) / 2)

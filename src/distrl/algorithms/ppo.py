@@ -157,7 +157,12 @@ class PPO:
         sums = torch.stack(
             [
                 torch.tensor(float(adv.numel()), device=adv.device),
-                adv.sum(), (adv * adv).sum(), ret.sum(), (ret * ret).sum(), err.sum(), (err * err).sum(),
+                adv.sum(),
+                (adv * adv).sum(),
+                ret.sum(),
+                (ret * ret).sum(),
+                err.sum(),
+                (err * err).sum(),
             ]
         ).double()
         self.reducer.allreduce_sum_(sums)
@@ -189,8 +194,17 @@ class PPO:
                 mb = data.index(idx.to(self.flat.device, non_blocking=True))
                 new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
                 loss, parts = ppo_loss(
-                    new_logp, mb.logprobs, mb.advantages, new_values, mb.values, mb.returns,
-                    entropy, cfg.clip_coef, cfg.clip_vloss, cfg.vf_coef, cfg.ent_coef,
+                    new_logp,
+                    mb.logprobs,
+                    mb.advantages,
+                    new_values,
+                    mb.values,
+                    mb.returns,
+                    entropy,
+                    cfg.clip_coef,
+                    cfg.clip_vloss,
+                    cfg.vf_coef,
+                    cfg.ent_coef,
                 )
                 self.flat.zero_()
                 loss.backward()
@@ -226,8 +240,13 @@ class PPO:
                 g.mul_((cfg.max_grad_norm / (norm + 1e-6)).clamp_max(1.0))
                 self.optimizer.step()
                 steps += 1
-                for k, v in zip(("approx_kl", "pg_loss", "v_loss", "entropy", "clipfrac"),
-                                (kl, pg, vl, ent, cf)):
+                for k, v in (
+                    ("approx_kl", kl),
+                    ("pg_loss", pg),
+                    ("v_loss", vl),
+                    ("entropy", ent),
+                    ("clipfrac", cf),
+                ):
                     sums[k] += v
             if stopped_early:
                 break

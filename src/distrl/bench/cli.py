@@ -48,10 +48,23 @@ def throughput(a: ThroughputArgs) -> list[dict]:
     rows = []
     for case, envs in (("rollout", a.rollout_envs), ("e2e", a.e2e_envs), ("e2e", a.rollout_envs)):
         runs = [
-            common.run_json("distrl.bench.throughput", [
-                "--case", case, "--task", a.task, "--num-envs", str(envs),
-                "--num-steps", str(a.num_steps), "--iterations", str(a.iterations),
-                "--threads", str(a.threads)])
+            common.run_json(
+                "distrl.bench.throughput",
+                [
+                    "--case",
+                    case,
+                    "--task",
+                    a.task,
+                    "--num-envs",
+                    str(envs),
+                    "--num-steps",
+                    str(a.num_steps),
+                    "--iterations",
+                    str(a.iterations),
+                    "--threads",
+                    str(a.threads),
+                ],
+            )
             for _ in range(a.repeats)
         ]
         row = dict(runs[0])
@@ -61,9 +74,20 @@ def throughput(a: ThroughputArgs) -> list[dict]:
         row |= {"cpu": m["cpu"], "cores": m["cores"], "torch": m["torch"]}
         rows.append(row)
     common.write_csv(out / "throughput.csv", rows)
-    common.print_table("throughput (env-steps/s, median of fresh processes)", rows,
-                       ["case", "task", "num_envs", "num_steps", "threads", "sps_median",
-                        "sps_runs", "peak_rss_mb"])
+    common.print_table(
+        "throughput (env-steps/s, median of fresh processes)",
+        rows,
+        [
+            "case",
+            "task",
+            "num_envs",
+            "num_steps",
+            "threads",
+            "sps_median",
+            "sps_runs",
+            "peak_rss_mb",
+        ],
+    )
     common.console.print(f"wrote {out / 'throughput.csv'}")
     return rows
 
@@ -85,6 +109,7 @@ class SolveArgs:
 
 
 def solve(a: SolveArgs) -> list[dict]:
+    from distrl.bench.scaling import split_extra
     from distrl.bench.solve import DEFAULT_TARGETS, run_seed, time_to_target
 
     m = common.header("distrl bench solve")
@@ -97,34 +122,65 @@ def solve(a: SolveArgs) -> list[dict]:
         times, steps, finals = [], [], []
         for seed in range(a.seeds):
             run_dir = out / task.replace(":", "_") / f"seed{seed}"
-            recs = run_seed(task, seed, run_dir, list(a.extra), a.threads)
+            recs = run_seed(task, seed, run_dir, split_extra(a.extra), a.threads)
             t, s = time_to_target(recs, target)
             final = recs[-1].get("episode_return_mean") if recs else None
-            per_run.append({"task": task, "seed": seed, "target": target,
-                            "time_to_target_s": t, "steps_to_target": s,
-                            "final_return": final, "wall_time_s": recs[-1]["wall_time"]})
-            common.console.print(f"{task} seed {seed}: time to {target:g} = "
-                                 f"{'not reached' if t is None else f'{t:.2f} s'}, final {final}")
+            per_run.append(
+                {
+                    "task": task,
+                    "seed": seed,
+                    "target": target,
+                    "time_to_target_s": t,
+                    "steps_to_target": s,
+                    "final_return": final,
+                    "wall_time_s": recs[-1]["wall_time"],
+                }
+            )
+            common.console.print(
+                f"{task} seed {seed}: time to {target:g} = "
+                f"{'not reached' if t is None else f'{t:.2f} s'}, final {final}"
+            )
             times.append(t)
             steps.append(s)
             finals.append(final)
         reached = [t for t in times if t is not None]
-        summary.append({
-            "task": task, "target": target, "seeds": a.seeds, "reached": len(reached),
-            # a seed that never reached the target counts as infinitely slow in the median
-            "median_time_s": (statistics.median([t if t is not None else float("inf")
-                                                 for t in times]) if times else None),
-            "min_time_s": min(reached) if reached else None,
-            "max_time_s": max(reached) if reached else None,
-            "median_steps": common.median([float(s) for s in steps if s is not None]),
-            "median_final_return": common.median(finals),
-            "cpu": m["cpu"], "cores": m["cores"], "torch": m["torch"],
-        })
+        summary.append(
+            {
+                "task": task,
+                "target": target,
+                "seeds": a.seeds,
+                "reached": len(reached),
+                # a seed that never reached the target counts as infinitely slow in the median
+                "median_time_s": (
+                    statistics.median([t if t is not None else float("inf") for t in times])
+                    if times
+                    else None
+                ),
+                "min_time_s": min(reached) if reached else None,
+                "max_time_s": max(reached) if reached else None,
+                "median_steps": common.median([float(s) for s in steps if s is not None]),
+                "median_final_return": common.median(finals),
+                "cpu": m["cpu"],
+                "cores": m["cores"],
+                "torch": m["torch"],
+            }
+        )
     common.write_csv(out / "per_run.csv", per_run)
     common.write_csv(out / "summary.csv", summary)
-    common.print_table("time to target (training wall time)", summary,
-                       ["task", "target", "reached", "median_time_s", "min_time_s",
-                        "max_time_s", "median_steps", "median_final_return"])
+    common.print_table(
+        "time to target (training wall time)",
+        summary,
+        [
+            "task",
+            "target",
+            "reached",
+            "median_time_s",
+            "min_time_s",
+            "max_time_s",
+            "median_steps",
+            "median_final_return",
+        ],
+    )
     return summary
 
 
@@ -153,4 +209,3 @@ def bench_main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
-

@@ -88,12 +88,17 @@ def median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def run_json(module: str, args: list[str], env: dict[str, str] | None = None, timeout: float = 600) -> dict:
+def run_json(
+    module: str, args: list[str], env: dict[str, str] | None = None, timeout: float = 600
+) -> dict:
     """Run ``python -m module args`` in a fresh process (clean threads, own peak memory) and
     parse the JSON object it prints on its last line."""
     e = dict(os.environ, **(env or {}))
     proc = subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=e,
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        env=e,
         timeout=timeout,
     )
     if proc.returncode != 0:

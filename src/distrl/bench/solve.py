@@ -10,8 +10,12 @@ from pathlib import Path
 from distrl.telemetry import read_metrics
 
 # task -> target return (Gymnasium's own thresholds where it defines one)
-DEFAULT_TARGETS = {"cartpole": 475.0, "gym:CartPole-v1": 475.0, "pendulum": -200.0,
-                   "acrobot": -100.0}
+DEFAULT_TARGETS = {
+    "cartpole": 475.0,
+    "gym:CartPole-v1": 475.0,
+    "pendulum": -200.0,
+    "acrobot": -100.0,
+}
 
 
 def time_to_target(records: list[dict], target: float) -> tuple[float | None, int | None]:
@@ -24,9 +28,24 @@ def time_to_target(records: list[dict], target: float) -> tuple[float | None, in
 
 
 def run_seed(task: str, seed: int, run_dir: Path, extra: list[str], threads: int) -> list[dict]:
-    cmd = [sys.executable, "-m", "distrl.cli", "train", task, "--seed", str(seed),
-           "--run-dir", str(run_dir), "--progress", "False", "--tensorboard", "False",
-           "--threads", str(threads), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "distrl.cli",
+        "train",
+        task,
+        "--seed",
+        str(seed),
+        "--run-dir",
+        str(run_dir),
+        "--progress",
+        "False",
+        "--tensorboard",
+        "False",
+        "--threads",
+        str(threads),
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")

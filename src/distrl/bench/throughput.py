@@ -18,8 +18,10 @@ import time
 import torch
 
 
-def measure(case: str, task: str, num_envs: int, num_steps: int, iterations: int, threads: int) -> dict:
-    from distrl.config import AgentConfig, EnvConfig, TrainConfig, validate
+def measure(
+    case: str, task: str, num_envs: int, num_steps: int, iterations: int, threads: int
+) -> dict:
+    from distrl.config import AgentConfig, EnvConfig, validate
     from distrl.distributed import context
     from distrl.envs.registry import get_task, make_env
     from distrl.runner.on_policy import OnPolicyRunner
@@ -31,11 +33,16 @@ def measure(case: str, task: str, num_envs: int, num_steps: int, iterations: int
         env=EnvConfig(num_envs=num_envs),
         agent=dataclasses.replace(
             base.agent if case == "rollout" else AgentConfig(),
-            num_steps=num_steps, num_epochs=5, num_minibatches=4, max_iterations=iterations,
+            num_steps=num_steps,
+            num_epochs=5,
+            num_minibatches=4,
+            max_iterations=iterations,
             save_interval=10**9,
         ),
         policy=dataclasses.replace(base.policy, actor_hidden=(64, 64), critic_hidden=(64, 64)),
-        threads=threads, tensorboard=False, progress=False,
+        threads=threads,
+        tensorboard=False,
+        progress=False,
     )
     validate(cfg)
     ctx = context.init(cfg)

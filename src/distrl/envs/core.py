@@ -28,7 +28,7 @@ import torch
 
 @dataclass(frozen=True)
 class ActionSpace:
-    """What the policy must emit. ``n`` for discrete; ``low``/``high`` ([act_dim]) for continuous."""
+    """What the policy emits: ``n`` for discrete; ``low``/``high`` ([act_dim]) for continuous."""
 
     kind: str  # "discrete" | "continuous"
     n: int = 0
@@ -56,7 +56,7 @@ class VecEnv(ABC):
 
     @abstractmethod
     def reset(self, seed: int | None = None) -> torch.Tensor:
-        """Reset every env; ``seed`` makes the whole batch reproducible. Returns obs [N, obs_dim]."""
+        """Reset every env; ``seed`` makes the batch reproducible. Returns obs [N, obs_dim]."""
 
     @abstractmethod
     def step(
@@ -68,8 +68,8 @@ class VecEnv(ABC):
         """Everything needed to continue bit-for-bit after a resume (state tensors, RNG)."""
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (optional hook)
         """Inverse of ``state_dict``. Envs that cannot restore state leave this a no-op."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook)
         """Release resources (subprocesses, renderers)."""

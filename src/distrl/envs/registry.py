@@ -56,15 +56,15 @@ _BUILTINS: dict[str, Task] = {
             make_env=CartPole,
             default_config=_config(
                 "cartpole",
-                num_envs=256,
-                num_steps=16,
+                num_envs=128,
+                num_steps=32,
                 num_epochs=5,
                 num_minibatches=4,
                 learning_rate=1e-3,
                 lr_schedule="adaptive",
                 gamma=0.99,
                 ent_coef=0.0,
-                max_iterations=150,
+                max_iterations=100,
             ),
         ),
         Task(
@@ -102,6 +102,26 @@ _BUILTINS: dict[str, Task] = {
             ),
         ),
     )
+}
+
+
+def _faulty_cartpole(
+    num_envs: int, device: torch.device, max_episode_steps: int | None = None
+) -> VecEnv:
+    from distrl.envs.faulty import from_environment
+
+    return from_environment(num_envs, device, max_episode_steps)
+
+
+# Accepted by name but not listed by `distrl list`: test fixtures, not tasks to train.
+_HIDDEN: dict[str, Task] = {
+    "faulty-cartpole": Task(
+        name="faulty-cartpole",
+        description="test: fault injection (cartpole that raises or returns NaN/Inf on cue, "
+        "set by DISTRL_FAULTS; see distrl.envs.faulty)",
+        make_env=_faulty_cartpole,
+        default_config=_config("faulty-cartpole", num_envs=16, num_steps=8, max_iterations=10),
+    ),
 }
 
 _GYM_EXAMPLES: dict[str, str] = {
@@ -144,6 +164,8 @@ def get_task(name: str) -> Task:
     """The task called ``name``; ``gym:<Id>`` for any registered Gymnasium environment."""
     if name in _BUILTINS:
         return _BUILTINS[name]
+    if name in _HIDDEN:
+        return _HIDDEN[name]
     if name.startswith(GYM_PREFIX):
         return _gym_task(name, _GYM_EXAMPLES.get(name[len(GYM_PREFIX) :]))
     known = [*_BUILTINS, *(GYM_PREFIX + i for i in _GYM_EXAMPLES)]

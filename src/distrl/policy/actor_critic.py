@@ -18,6 +18,7 @@ from distrl.envs.core import ActionSpace
 from distrl.policy import distributions as D
 from distrl.policy.normalizer import RunningNorm
 
+
 class _SigmoidTanh(torch.autograd.Function):
     """tanh(x) = 2 sigmoid(2x) - 1. On this CPU build aten::tanh is ~4x slower than sigmoid and
     was a third of the PPO update; the identity is exact up to 2e-7 absolute."""
@@ -44,7 +45,9 @@ class Tanh(nn.Module):
 _ACTIVATIONS = {"tanh": Tanh, "elu": nn.ELU, "relu": nn.ReLU}
 
 
-def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, act: str, out_gain: float) -> nn.Sequential:
+def mlp(
+    in_dim: int, hidden: tuple[int, ...], out_dim: int, act: str, out_gain: float
+) -> nn.Sequential:
     layers: list[nn.Module] = []
     last = in_dim
     for h in hidden:

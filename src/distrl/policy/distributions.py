@@ -31,9 +31,7 @@ def categorical_logprob_entropy(
     return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), entropy
 
 
-def gaussian_sample(
-    mean: torch.Tensor, log_std: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample actions [N, A] and log-probabilities [N] from N(mean, exp(log_std)^2)."""
     eps = torch.randn_like(mean)
     actions = mean + log_std.exp() * eps

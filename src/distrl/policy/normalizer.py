@@ -30,7 +30,9 @@ class Moments:
         x = x.to(torch.float64)
         mean = x.mean(0)
         m2 = ((x - mean) ** 2).sum(0)
-        return Moments(torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device), mean, m2)
+        return Moments(
+            torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device), mean, m2
+        )
 
     def merge(self, other: Moments) -> Moments:
         n = self.count + other.count
@@ -44,7 +46,9 @@ class Moments:
     def to_flat(self) -> torch.Tensor:
         """[count, count*mean..., M2 + count*mean^2 ...]: summing these across ranks and calling
         ``from_flat_sum`` gives the exact merged moments (the sum of raw power sums)."""
-        return torch.cat([self.count.view(1), self.count * self.mean, self.m2 + self.count * self.mean**2])
+        return torch.cat(
+            [self.count.view(1), self.count * self.mean, self.m2 + self.count * self.mean**2]
+        )
 
     @staticmethod
     def from_flat_sum(flat: torch.Tensor) -> Moments:

@@ -6,8 +6,8 @@ Estimation"), with terminated and truncated kept apart:
     delta_t = r_t + gamma * [ (1 - done_t) V(s_{t+1}) + truncated_t V(s_final_t) ] - V(s_t)
     A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1},    done = terminated | truncated
 
-A terminated step bootstraps from nothing (also when the time limit falls on it); a truncated one from V(final observation), never from
-the reset state that follows it.
+A terminated step bootstraps from nothing (also when the time limit falls on it); a truncated
+one from V(final observation), never from the reset state that follows it.
 
 RLOO (Kool et al. 2019, "Buy 4 REINFORCE Samples, Get a Baseline for Free!"): for k episodes
 from the same start, A_i = R_i - mean_{j != i} R_j.

@@ -44,7 +44,9 @@ class RolloutBuffer:
         z = dict(device=device)
         self.num_steps, self.num_envs = T, N
         self.obs = torch.zeros(T, N, obs_dim, **z)
-        self.actions = torch.zeros(T, N, *action_shape, dtype=torch.long if discrete else torch.float32, **z)
+        self.actions = torch.zeros(
+            T, N, *action_shape, dtype=torch.long if discrete else torch.float32, **z
+        )
         self.logprobs = torch.zeros(T, N, **z)
         self.values = torch.zeros(T, N, **z)
         self.rewards = torch.zeros(T, N, **z)
@@ -90,4 +92,7 @@ def minibatch_indices(
         # local index i = t*nb + n  ->  flat index of block b = t*N + b*nb + n
         perm = (perm // nb) * num_envs + perm % nb
     offsets = torch.arange(blocks).unsqueeze(1) * nb
-    return [(perm[j * mb : (j + 1) * mb].unsqueeze(0) + offsets).reshape(-1) for j in range(num_minibatches)]
+    return [
+        (perm[j * mb : (j + 1) * mb].unsqueeze(0) + offsets).reshape(-1)
+        for j in range(num_minibatches)
+    ]

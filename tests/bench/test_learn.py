@@ -1,0 +1,52 @@
+"""Time-to-target logic, the summary over seeds, median curves and the verdict rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from distrl.bench.learn import learns_as_well, median_curve, summarize_times, time_to_target
+
+
+def _recs(returns, dt=2.0, steps=100):
+    return [
+        {
+            "iteration": i + 1,
+            "env_steps": steps * (i + 1),
+            "wall_time": dt * (i + 1),
+            "episode_return_mean": r,
+        }
+        for i, r in enumerate(returns)
+    ]
+
+
+def test_time_to_target_is_first_crossing():
+    recs = _recs([None, 10.0, 50.0, 40.0, 60.0])
+    assert time_to_target(recs, 50.0) == (6.0, 300)  # >= counts, later dips do not matter
+    assert time_to_target(recs, 45.0) == (6.0, 300)
+    assert time_to_target(recs, 61.0) == (None, None)
+    assert time_to_target([], 1.0) == (None, None)
+
+
+def test_summarize_times_counts_unreached_as_infinitely_slow():
+    s = summarize_times([1.0, None, 3.0])
+    assert s == {"reached": 2, "median_time_s": 3.0, "min_time_s": 1.0, "max_time_s": 3.0}
+    s = summarize_times([None, None, 1.0])
+    assert s["median_time_s"] is None and s["reached"] == 1
+    assert summarize_times([2.0, 4.0])["median_time_s"] == 3.0
+
+
+def test_median_curve_holds_final_value_of_shorter_seed():
+    grid, med = median_curve([[0, 10], [0, 20], [0, 20]], [[0, 10], [0, 20], [0, 40]], n=3)
+    assert grid == [0.0, 10.0, 20.0]
+    # at x=20 the first seed holds 10; the others are 20 and 40
+    assert med == pytest.approx([0.0, 10.0, 20.0])
+    assert median_curve([[]], [[]]) is None
+
+
+def test_learns_as_well_rule():
+    base = {"median_final_return": 500.0, "reached": 3}
+    tol = 0.05  # 5% of |475| = 23.75
+    assert learns_as_well(base, {"median_final_return": 480.0, "reached": 2}, 475.0, tol)
+    assert not learns_as_well(base, {"median_final_return": 470.0, "reached": 2}, 475.0, tol)
+    assert learns_as_well(base, {"median_final_return": 300.0, "reached": 3}, 475.0, tol)
+    assert learns_as_well(base, {"median_final_return": None, "reached": 0}, 475.0, tol) is None

@@ -15,6 +15,7 @@ import datetime
 import sys
 from pathlib import Path
 
+import torch.distributed as dist
 import tyro
 
 from distrl.config import TrainConfig, to_dict, validate
@@ -45,8 +46,10 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
 
     if not argv or argv[0].startswith("-"):
         if argv and argv[0] in ("-h", "--help"):
-            print("usage: train <task> [overrides]\n\n`distrl list` shows the tasks; "
-                  "`train <task> --help` shows every override with its default.")
+            print(
+                "usage: train <task> [overrides]\n\n`distrl list` shows the tasks; "
+                "`train <task> --help` shows every override with its default."
+            )
             raise SystemExit(0)
         raise ValueError("usage: train <task> [overrides]; `distrl list` shows the tasks")
     task = get_task(argv[0])  # unknown names raise with close matches
@@ -66,6 +69,45 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
     return validate(cfg)
 
 
+def check_before_start(cfg: TrainConfig) -> None:
+    """Refuse what cannot run before torchrun, a process group or a run directory exists.
+
+    ``validate`` checks the config's own fields; this checks them against the world outside it:
+    GPUs for the ranks, and the ``--resume`` target (it exists; in the launcher and a single
+    process also that its checkpoint is compatible with this config and world size). Inside a
+    torchrun rank only the cheap checks run: rank 0 verifies the checkpoint in ``run_training``.
+    Raises ValueError (``CheckpointError`` is one) naming the problem and the fix.
+    """
+    from distrl import checkpoint as ckpt
+    from distrl.distributed import context, launch
+
+    launching = cfg.nproc > 1 and not launch.under_torchrun()
+    _, _, world, local_world = context.env_ranks() if cfg.distributed else (0, 0, 1, 1)
+    if launching:
+        world = local_world = cfg.nproc
+    context.check_devices(cfg.device, local_world)
+    if cfg.resume is None:
+        return
+    if cfg.resume == "auto":
+        if cfg.run_dir is None:
+            if launching:
+                return  # the launcher gives the first start and every restart one new run dir
+            raise ValueError(
+                "--resume auto needs --run-dir: the default run directory is new on every start, "
+                "so there is nothing to resume; pass the run directory, e.g. --run-dir runs/x"
+            )
+    elif not Path(cfg.resume).expanduser().exists():
+        raise ValueError(
+            f"--resume {cfg.resume}: path does not exist; pass a checkpoint file (ckpt_*.pt), a "
+            f"run directory, or --resume auto with --run-dir"
+        )
+    if launch.under_torchrun():
+        return
+    path, _ = ckpt.resolve_resume(cfg.resume, Path(cfg.run_dir) if cfg.run_dir else None)
+    if path is not None:
+        ckpt.check_resume_compatible(ckpt.read_manifest(path), to_dict(cfg), world)
+
+
 def run_training(cfg: TrainConfig) -> dict:
     """One rank's whole life: process group, env, runner, telemetry; torn down on any exit."""
     from distrl import checkpoint as ckpt
@@ -75,6 +117,7 @@ def run_training(cfg: TrainConfig) -> dict:
     from distrl.telemetry import Telemetry
 
     ctx = context.init(cfg)
+    clean = False
     try:
         from distrl.distributed.allreduce import AllReduceStrategy
 
@@ -123,9 +166,12 @@ def run_training(cfg: TrainConfig) -> dict:
             final = runner.learn()
             tel.summary({**final, "run_dir": str(run_dir)})
         env.close()
+        clean = True
         return final
+    except dist.DistError as e:
+        raise context.peer_failure(ctx, cfg.dist.timeout, e) from e
     finally:
-        context.shutdown()
+        context.shutdown(clean)
 
 
 def train_main(argv: list[str] | None = None) -> int:
@@ -134,10 +180,13 @@ def train_main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         cfg = parse_train_args(argv)
+        check_before_start(cfg)
     except ValueError as e:
         return _fail(str(e))
     if cfg.nproc > 1 and not launch.under_torchrun():
         run_dir = cfg.run_dir or str(default_run_dir(cfg.task))
+        # Launcher flags do not reach the ranks: torchrun's own parser would take `--nproc` as an
+        # abbreviation of its --nproc-per-node. The world size is in every checkpoint manifest.
         args = launch.strip_launch_flags(argv)
         args = ["train", *args, "--distributed", "True", "--run-dir", run_dir]
         return launch.launch(cfg.nproc, cfg.max_restarts, args)
@@ -159,13 +208,15 @@ def play_main(argv: list[str] | None = None) -> int:
 
 def list_main() -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from distrl.envs.registry import list_tasks
 
     table = Table("task", "description", title="distrl tasks", title_justify="left")
     for t in list_tasks():
-        table.add_row(t.name, t.description)
+        # escape: "pip install 'distrl[mujoco]'" would otherwise lose "[mujoco]" as markup
+        table.add_row(escape(t.name), escape(t.description))
     Console().print(table)
     print("Any Gymnasium id works as gym:<Id> (MuJoCo tasks need: pip install -e '.[mujoco]').")
     return 0

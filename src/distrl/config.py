@@ -169,6 +169,13 @@ def validate(cfg: TrainConfig, known_tasks: list[str] | None = None) -> TrainCon
     _positive(errors, "--agent.save-interval", a.save_interval, "set it to 1 or more")
     _positive(errors, "--nproc", cfg.nproc, "set it to 1 or more")
     _positive(errors, "--dist.timeout", cfg.dist.timeout, "use e.g. 120")
+    _positive(errors, "--agent.max-consecutive-skips", a.max_consecutive_skips, "use e.g. 10")
+    if cfg.threads is not None:
+        _positive(errors, "--threads", cfg.threads, "set it to 1 or more, or leave it unset")
+    if cfg.max_restarts < 0:
+        errors.append(
+            f"--max-restarts must be 0 or more, got {cfg.max_restarts}; 0 disables restarts"
+        )
     if e.max_episode_steps is not None:
         _positive(errors, "--env.max-episode-steps", e.max_episode_steps, "or leave it unset")
     if not 0.0 <= a.gamma <= 1.0:

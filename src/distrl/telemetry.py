@@ -434,7 +434,8 @@ class _ActiveTelemetry(Telemetry):
 
     def message(self, text: str, *, style: str | None = None) -> None:
         # markup off: paths and "[rank 0]"-style text must print verbatim.
-        self.console.print(text, style=style, markup=False, highlight=False)
+        # soft_wrap: a non-terminal console is 80 columns; never cut a path in two.
+        self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
 
     def summary(self, final: Mapping[str, Any] | None = None) -> None:
         self._stop_progress()

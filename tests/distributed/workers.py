@@ -10,8 +10,16 @@ from distrl.config import AgentConfig, EnvConfig, TrainConfig
 
 
 def small_config(num_envs: int, distributed: bool, **agent) -> TrainConfig:
-    a = dict(num_steps=8, num_epochs=3, num_minibatches=4, learning_rate=3e-3,
-             lr_schedule="adaptive", desired_kl=0.002, max_iterations=4, save_interval=1000)
+    a = dict(
+        num_steps=8,
+        num_epochs=3,
+        num_minibatches=4,
+        learning_rate=3e-3,
+        lr_schedule="adaptive",
+        desired_kl=0.002,
+        max_iterations=4,
+        save_interval=1000,
+    )
     a.update(agent)
     return TrainConfig(
         task="cartpole",
@@ -118,3 +126,147 @@ def train_run(rank: int, world: int, overrides: dict) -> dict:
     cfg = dataclasses.replace(cfg, **top)
     final = run_training(cfg)
     return {"iteration": final.get("iteration")}
+
+
+def learn_params(rank: int, world: int, iterations: int) -> dict:
+    """OnPolicyRunner.learn() for a few real iterations; every rank returns its full state."""
+    from distrl.distributed import context
+    from distrl.envs.registry import make_env
+    from distrl.runner.on_policy import OnPolicyRunner
+
+    cfg = small_config(16, distributed=world > 1, max_iterations=iterations)
+    ctx = context.init(cfg)
+    try:
+        env = make_env(cfg, ctx.device)
+        runner = OnPolicyRunner(cfg, ctx, env)
+        final = runner.learn()  # ends with strategy.verify_replicas
+        policy = runner.policy
+        opt = [
+            v.detach().reshape(-1).double()
+            for s in runner.ppo.optimizer.state.values()
+            for v in s.values()
+            if torch.is_tensor(v)
+        ]
+        return {
+            "iteration": runner.iteration,
+            "env_steps": final["env_steps"],
+            "params": torch.cat([p.detach().reshape(-1) for p in policy.parameters()]),
+            "buffers": torch.cat([b.detach().reshape(-1).double() for b in policy.buffers()]),
+            "optimizer": torch.cat(opt),
+            "lr": runner.ppo.lr,
+            "obs": runner.obs.clone(),  # rank-local: different seeds, different envs
+        }
+    finally:
+        context.shutdown()
+
+
+def train_with_fault(
+    rank: int,
+    world: int,
+    fault: str,
+    at_iteration: int,
+    run_dir: str,
+    timeout: float,
+    report: str,
+) -> dict:
+    """run_training where rank 1 dies (``fault="kill"``: SIGKILL) or stalls (``"stop"``:
+    SIGSTOP) on entering iteration ``at_iteration``'s update. Rank 0 writes ``report`` (JSON):
+    what it raised and how long after entering that update, then re-raises."""
+    import json
+    import os
+    import signal
+    import time
+
+    from distrl.cli import run_training
+    from distrl.config import DistConfig
+    from distrl.runner.on_policy import OnPolicyRunner
+
+    inner = OnPolicyRunner.learn_step
+    entered: dict[int, float] = {}
+
+    def learn_step(self):
+        entered[self.iteration] = time.monotonic()
+        if self.ctx.rank == 1 and self.iteration == at_iteration:
+            os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        return inner(self)
+
+    OnPolicyRunner.learn_step = learn_step
+    cfg = small_config(16, distributed=True, max_iterations=1000)
+    cfg = dataclasses.replace(cfg, run_dir=run_dir, dist=DistConfig(timeout=timeout))
+    try:
+        final = run_training(cfg)
+    except BaseException as e:
+        if rank == 0:
+            t = entered.get(at_iteration)
+            with open(report, "w") as f:
+                json.dump(
+                    {
+                        "type": type(e).__name__,
+                        "error": str(e),
+                        "seconds_after_fault": None if t is None else time.monotonic() - t,
+                        "iterations_entered": sorted(entered),
+                    },
+                    f,
+                )
+        raise
+    return {"iteration": final.get("iteration")}
+
+
+# ---- launching the real command line (used by the process and resume tests) ----------------
+
+
+def cli_env() -> dict[str, str]:
+    """Environment for a CLI subprocess: .venv/bin first on PATH (torchrun finds `train`),
+    no inherited torchrun variables, wide console, one OpenMP thread per rank."""
+    import os
+    import sys
+    from pathlib import Path
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "TORCHELASTIC_RUN_ID",
+            "GROUP_RANK",
+        )
+    }
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.update(COLUMNS="500", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def run_cli(cmd: list[str], timeout: float, cwd=None) -> tuple[int, str, str, float]:
+    """Run ``cmd`` in its own session; on timeout kill that whole process group (torchrun and
+    its ranks) and raise TimeoutError. Returns (exit code, stdout, stderr, seconds)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=cli_env(),
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise TimeoutError(
+            f"{' '.join(cmd)} still running after {timeout} s (killed)\nstdout:\n{out}\n"
+            f"stderr:\n{err}"
+        ) from None
+    return proc.returncode, out, err, time.monotonic() - t0

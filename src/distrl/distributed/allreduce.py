@@ -108,12 +108,22 @@ class AllReduceStrategy:
         if not self.active:
             return
         flat = torch.cat([p.detach().reshape(-1).double() for p in module.parameters()])
-        sig = torch.stack([flat.sum(), (flat * flat).sum(), (flat * torch.arange(flat.numel(),
-                          device=flat.device, dtype=flat.dtype).remainder(97)).sum()])
+        sig = torch.stack(
+            [
+                flat.sum(),
+                (flat * flat).sum(),
+                (
+                    flat
+                    * torch.arange(flat.numel(), device=flat.device, dtype=flat.dtype).remainder(97)
+                ).sum(),
+            ]
+        )
         sigs = self.all_gather(sig)
         bad = [r for r in range(self.world_size) if not torch.equal(sigs[r], sigs[0])]
         if bad:
-            raise RuntimeError(f"parameter checksum of rank(s) {bad} differs from rank 0: {sigs.tolist()}")
+            raise RuntimeError(
+                f"parameter checksum of rank(s) {bad} differs from rank 0: {sigs.tolist()}"
+            )
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         if not self.active:

@@ -44,7 +44,9 @@ def under_torchrun() -> bool:
 def torchrun_command(nproc: int, max_restarts: int, script_args: list[str]) -> list[str]:
     port = free_port()
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
         f"--nproc-per-node={nproc}",
         "--nnodes=1",
         "--rdzv-backend=c10d",
@@ -52,7 +54,9 @@ def torchrun_command(nproc: int, max_restarts: int, script_args: list[str]) -> l
         "--local-addr=127.0.0.1",
         f"--max-restarts={max_restarts}",
         "--monitor-interval=0.5",
-        "-m", "distrl.cli", *script_args,
+        "-m",
+        "distrl.cli",
+        *script_args,
     ]
 
 

@@ -6,10 +6,12 @@ handful of lines here that say which rank writes. The loop itself is the same fo
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from distrl import checkpoint as ckpt
@@ -29,6 +31,11 @@ class NonFiniteEnvError(RuntimeError):
     """An environment produced NaN/Inf; the message names rank, env index, step and field."""
 
 
+class EnvStepError(RuntimeError):
+    """``env.step`` raised; the message names rank, step and (when known) the env index, and the
+    original exception is chained as ``__cause__``."""
+
+
 class OnPolicyRunner:
     def __init__(
         self,
@@ -44,6 +51,10 @@ class OnPolicyRunner:
         self.strategy = AllReduceStrategy(ctx, cfg.dist.profile_sync)
         self.seed = rank_seed(cfg.seed, ctx.rank)
         torch.manual_seed(self.seed)
+        # Nothing here draws from numpy or `random`, but checkpoints capture their state: seeded,
+        # two runs with one seed write identical checkpoints (and resumes restore them exactly).
+        random.seed(self.seed)
+        np.random.seed(self.seed % 2**32)
         self.policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(self.device)
         self.ppo = PPO(self.policy, cfg.agent, reducer=self.strategy)
         T, N = cfg.agent.num_steps, env.num_envs
@@ -84,7 +95,10 @@ class OnPolicyRunner:
         obs = self.obs
         for t in range(buf.num_steps):
             actions, logp, value = policy.act(obs)
-            next_obs, reward, terminated, truncated, info = env.step(policy.env_action(actions))
+            try:
+                next_obs, reward, terminated, truncated, info = env.step(policy.env_action(actions))
+            except Exception as e:
+                raise EnvStepError(self._env_failure(t, e)) from e
             buf.obs[t] = obs
             buf.actions[t] = actions
             buf.logprobs[t] = logp
@@ -105,6 +119,16 @@ class OnPolicyRunner:
             self.ep_length.masked_fill_(done, 0.0)
             obs = next_obs
         self.obs = obs
+
+    def _env_failure(self, t: int, e: Exception) -> str:
+        step = self.iteration * self.buffer.num_steps + t
+        # Envs may say which sub-env failed (FaultyEnv does); Gymnasium's vector envs do not.
+        index = getattr(e, "env_index", None)
+        where = f" in env {index}" if index is not None else ""
+        return (
+            f"rank {self.ctx.rank}: env step {step} failed{where} (iteration {self.iteration}, "
+            f"rollout step {t}): {type(e).__name__}: {e}"
+        )
 
     def check_finite(self) -> None:
         """NaN/Inf from the env stops training here, before the update sees it."""
@@ -137,8 +161,14 @@ class OnPolicyRunner:
         with torch.no_grad():
             last_values = self.policy.value(self.obs)
             buf.advantages, buf.returns = gae(
-                buf.rewards, buf.values, buf.terminated, buf.truncated, buf.final_values,
-                last_values, a.gamma, a.gae_lambda,
+                buf.rewards,
+                buf.values,
+                buf.terminated,
+                buf.truncated,
+                buf.final_values,
+                last_values,
+                a.gamma,
+                a.gae_lambda,
             )
         metrics = self.ppo.update(buf, self.shuffle_gen, self.shuffle_blocks)
         if self.policy.normalizer.enabled:
@@ -153,7 +183,7 @@ class OnPolicyRunner:
         T = self.buffer.num_steps
         mask = self.done_mask
         if mask.any():
-            key = (self.iteration * T + torch.arange(T, device=self.device, dtype=torch.float32))
+            key = self.iteration * T + torch.arange(T, device=self.device, dtype=torch.float32)
             key = key.unsqueeze(1).expand_as(mask)
             new = torch.stack([self.done_return[mask], self.done_length[mask], key[mask]], 1)
             self.window = torch.cat([self.window, new])[-WINDOW:]
@@ -163,8 +193,11 @@ class OnPolicyRunner:
         rows = everyone[:, 1:].reshape(-1, 3)
         rows = rows[rows[:, 2] >= 0]
         if rows.shape[0] == 0:
-            return {"episode_return_mean": None, "episode_length_mean": None,
-                    "time/rollout_max": rollout_max}
+            return {
+                "episode_return_mean": None,
+                "episode_length_mean": None,
+                "time/rollout_max": rollout_max,
+            }
         newest = rows[torch.argsort(rows[:, 2], descending=True, stable=True)[:WINDOW]]
         return {
             "episode_return_mean": float(newest[:, 0].mean()),
@@ -266,8 +299,17 @@ class OnPolicyRunner:
             if self.tel is not None:
                 self.tel.log(record)
             if self.iteration % cfg.agent.save_interval == 0 or self.iteration == max_it:
-                self.save(record["wall_time"])
+                # Never checkpoint right after updates skipped for NaN/Inf: the skip decision is
+                # global (one all-reduced flag), so every rank agrees to skip the save as well.
+                skipped = metrics.get("train/skipped_updates", 0)
+                if skipped:
+                    if self.tel is not None:
+                        self.tel.message(
+                            f"checkpoint: not saving iteration {self.iteration}: {skipped} "
+                            f"update(s) were skipped for non-finite loss or gradients"
+                        )
+                else:
+                    self.save(record["wall_time"])
         if strategy.active:
             strategy.verify_replicas(self.policy)
         return record
-

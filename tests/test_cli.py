@@ -1,0 +1,167 @@
+"""The command line: `distrl list|train|play`, its errors and its usage text.
+
+Most cases call ``distrl.cli.main`` in this process (a fresh interpreter costs seconds of
+imports); one runs the installed console script to prove the entry points exist and exit right.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from distrl import cli
+from distrl.config import EnvConfig
+from distrl.envs.registry import default_config
+
+pytestmark = pytest.mark.timeout(60)
+
+BIN = Path(sys.executable).parent
+SMALL = shlex.split(
+    "--env.num-envs 32 --agent.num-steps 8 --agent.num-epochs 2 --threads 1 --progress False "
+    "--tensorboard False"
+)
+
+
+@pytest.fixture(autouse=True)
+def _wide_console_and_clean_globals(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "500")  # rich wraps lines at the console width
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    np_state, py_state = np.random.get_state(), random.getstate()
+    yield
+    torch.set_num_threads(threads)
+    torch.set_rng_state(rng)
+    np.random.set_state(np_state)
+    random.setstate(py_state)
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``distrl <argv>`` in process: (exit code, stdout, stderr); SystemExit becomes a code."""
+    capsys.readouterr()
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_console_script_prints_builtin_tasks():
+    proc = subprocess.run(
+        [str(BIN / "distrl"), "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "500", "PATH": str(BIN)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    for task in ("cartpole", "acrobot", "pendulum", "gym:CartPole-v1"):
+        assert re.search(rf"^\W*{re.escape(task)}\s", proc.stdout, re.M), proc.stdout
+    # descriptions are text, not rich markup: the install hint keeps its brackets
+    assert "distrl[mujoco]" in proc.stdout, proc.stdout
+
+
+def test_usage(capsys):
+    code, out, _ = run_main([], capsys)
+    assert code == 2 and "usage: distrl <command>" in out
+    code, out, _ = run_main(["--help"], capsys)
+    assert code == 0 and "train <task> [overrides]" in out and "play" in out
+    code, out, err = run_main(["frobnicate"], capsys)
+    assert code == 2 and "unknown command 'frobnicate'" in err
+
+
+def test_train_help(capsys):
+    code, out, _ = run_main(["train", "--help"], capsys)
+    assert code == 0 and "usage: train <task> [overrides]" in out
+    code, out, _ = run_main(["train", "cartpole", "--help"], capsys)
+    assert code == 0, out
+    assert "usage: train cartpole" in out
+    flags = "--env.num-envs --agent.num-epochs --agent.num-minibatches --nproc --resume"
+    for flag in [*flags.split(), "--dist.timeout"]:
+        assert flag in out, flag
+    # the task's tuned defaults are the ones shown, not EnvConfig's
+    n = default_config("cartpole").env.num_envs
+    assert n != EnvConfig().num_envs
+    assert re.search(rf"--env\.num-envs INT.*?\(default: {n}\)", out, re.S), out
+
+
+def test_train_without_task_is_a_usage_error(capsys):
+    code, _, err = run_main(["train"], capsys)
+    assert code == 2 and "usage: train <task>" in err
+
+
+def test_unknown_task_suggests_the_close_match(capsys):
+    code, out, err = run_main(["train", "cartpol"], capsys)
+    assert code == 2, out + err
+    assert "unknown task 'cartpol'" in err
+    assert re.search(r"Did you mean cartpole\b", err), err
+    assert "distrl list" in err
+
+
+def test_bad_override_value_is_a_clear_tyro_error(capsys):
+    code, out, err = run_main(["train", "cartpole", "--agent.num-epochs", "abc"], capsys)
+    assert code != 0
+    text = out + err
+    assert "--agent.num-epochs" in text and "'abc'" in text, text
+    assert "Traceback" not in text
+
+
+def test_unknown_override_is_an_error(capsys):
+    code, out, err = run_main(["train", "cartpole", "--agent.num-epoch", "3"], capsys)
+    assert code != 0
+    assert "--agent.num-epoch" in out + err
+
+
+def test_invalid_config_names_the_field_and_value(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    code, out, err = run_main(
+        ["train", "cartpole", "--agent.num-minibatches", "0", "--run-dir", str(run_dir)], capsys
+    )
+    assert code == 2, out + err
+    assert "invalid configuration" in err
+    assert "--agent.num-minibatches must be positive, got 0" in err, err
+    assert "Traceback" not in err
+    assert not run_dir.exists()
+
+
+def test_indivisible_batch_names_the_numbers(capsys):
+    code, _, err = run_main(
+        shlex.split(
+            "train cartpole --env.num-envs 3 --agent.num-steps 5 --agent.num-minibatches 4"
+        ),
+        capsys,
+    )
+    assert code == 2
+    assert "3 envs x 5 steps = 15" in err and "--agent.num-minibatches 4" in err, err
+
+
+def test_play_after_short_training_prints_mean_and_std(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    code, out, err = run_main(
+        ["train", "cartpole", *SMALL, "--agent.max-iterations", "2", "--run-dir", str(run_dir)],
+        capsys,
+    )
+    assert code == 0, out + err
+    assert (run_dir / "checkpoints" / "ckpt_00000002.pt").is_file()
+
+    code, out, err = run_main(["play", str(run_dir), "--episodes", "3"], capsys)
+    assert code == 0, out + err
+    m = re.search(r"cartpole: 3 episodes, return (-?[\d.]+) ± ([\d.]+)", out)
+    assert m, out
+    mean, std = float(m.group(1)), float(m.group(2))
+    assert 1.0 <= mean <= 500.0 and std >= 0.0
+    assert "iteration 2" in out
+
+    # a checkpoint file works too, and a bad episode count is an error, not a crash
+    ck = run_dir / "checkpoints" / "ckpt_00000002.pt"
+    code, out, _ = run_main(["play", str(ck), "--episodes", "2"], capsys)
+    assert code == 0 and "2 episodes, return" in out
+    code, _, err = run_main(["play", str(run_dir), "--episodes", "0"], capsys)
+    assert code == 2 and "--episodes must be at least 1" in err

@@ -1,0 +1,148 @@
+"""Resume must match an uninterrupted run, parameter for parameter (single process).
+
+The training runs go through the real entry point (``cli.parse_train_args`` + ``run_training``)
+in this process: a fresh process costs ~5 s of imports per run, and everything the runner draws
+from is seeded at construction or restored from the checkpoint. The fixture puts torch's global
+RNG and thread count back afterwards so nothing leaks into other tests.
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from distrl import checkpoint as ckpt
+from distrl.cli import parse_train_args, run_training
+from distrl.telemetry import read_metrics
+
+SMALL = shlex.split(
+    "--env.num-envs 32 --agent.num-steps 8 --agent.num-epochs 2 --threads 1 --progress False "
+    "--tensorboard False"
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_state(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "500")  # rich wraps console lines (and paths) at the width
+    threads = torch.get_num_threads()
+    rng = torch.get_rng_state()
+    np_state, py_state = np.random.get_state(), random.getstate()
+    yield
+    torch.set_num_threads(threads)
+    torch.set_rng_state(rng)
+    np.random.set_state(np_state)
+    random.setstate(py_state)
+
+
+def train(run_dir: Path, *extra: str) -> dict:
+    cfg = parse_train_args(["cartpole", *SMALL, "--run-dir", str(run_dir), *extra])
+    return run_training(cfg)
+
+
+def final_state(run_dir: Path, iteration: int) -> dict:
+    path = ckpt.checkpoint_path(run_dir / "checkpoints", iteration)
+    state, manifest = ckpt.load_checkpoint(path)
+    assert manifest["iteration"] == iteration
+    return state
+
+
+def assert_same_tensors(a, b, where: str = "") -> None:
+    """Recursive torch.equal over nested dicts/lists; other leaves compared with ==."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: {a.keys()} != {b.keys()}"
+        for k in a:
+            assert_same_tensors(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple) and len(a) == len(b), f"{where}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_tensors(x, y, f"{where}[{i}]")
+    elif torch.is_tensor(a):
+        assert torch.is_tensor(b), f"{where}: tensor vs {type(b).__name__}"
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a.dtype}{tuple(a.shape)}"
+        assert torch.equal(a, b), f"{where}: tensors differ (max |diff| {(a - b).abs().max()})"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[Path, dict]:
+    run_dir = tmp_path_factory.mktemp("full")
+    train(run_dir, "--agent.max-iterations", "6", "--agent.save-interval", "3")
+    return run_dir, final_state(run_dir, 6)
+
+
+@pytest.mark.timeout(60)
+def test_resume_equals_uninterrupted_run(uninterrupted, tmp_path, capsys):
+    _, full = uninterrupted
+    run_dir = tmp_path / "run"
+    train(run_dir, "--agent.max-iterations", "3", "--agent.save-interval", "3")
+    assert [p.name for p in ckpt.list_checkpoints(run_dir / "checkpoints")] == ["ckpt_00000003.pt"]
+    capsys.readouterr()
+    train(run_dir, "--agent.max-iterations", "6", "--agent.save-interval", "3", "--resume", "auto")
+    out = capsys.readouterr().out
+    assert "resume: loaded" in out and "at iteration 3" in out, out
+    resumed = final_state(run_dir, 6)
+
+    assert resumed["iteration"] == full["iteration"] == 6
+    assert resumed["env_steps"] == full["env_steps"] == 6 * 32 * 8
+    assert_same_tensors(resumed["policy"], full["policy"], "policy")
+    assert_same_tensors(resumed["ppo"], full["ppo"], "ppo")  # optimizer state, lr
+    assert_same_tensors(resumed["ranks"][0]["obs"], full["ranks"][0]["obs"], "obs")
+    assert torch.equal(resumed["shuffle_rng"], full["shuffle_rng"])
+
+    recs = read_metrics(run_dir)
+    assert [r["iteration"] for r in recs] == [1, 2, 3, 4, 5, 6]
+    assert [r["env_steps"] for r in recs] == [i * 32 * 8 for i in range(1, 7)]
+
+
+@pytest.mark.timeout(60)
+def test_corrupt_newest_checkpoint_falls_back_to_previous(uninterrupted, tmp_path, capsys):
+    _, full = uninterrupted
+    run_dir = tmp_path / "run"
+    # checkpoints at 2 and 4; save_interval is not part of the trajectory
+    train(run_dir, "--agent.max-iterations", "4", "--agent.save-interval", "2")
+    newest = ckpt.checkpoint_path(run_dir / "checkpoints", 4)
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte: only the sha256 check can see it
+    newest.write_bytes(bytes(data))
+    capsys.readouterr()
+
+    train(run_dir, "--agent.max-iterations", "6", "--agent.save-interval", "2", "--resume", "auto")
+    out = capsys.readouterr().out
+    assert "skipped" in out and "ckpt_00000004.pt" in out and "sha256" in out, out
+    assert "at iteration 2" in out, out
+
+    resumed = final_state(run_dir, 6)
+    assert_same_tensors(resumed["policy"], full["policy"], "policy")
+    assert_same_tensors(resumed["ppo"], full["ppo"], "ppo")
+    # the lost iterations 3-4 are logged twice; read_metrics keeps the later ones
+    raw = [r["iteration"] for r in read_metrics(run_dir, dedupe=False)]
+    assert raw == [1, 2, 3, 4, 3, 4, 5, 6]
+    assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2, 3, 4, 5, 6]
+    # the re-saved checkpoint 4 is valid again
+    ckpt.verify_checkpoint(newest)
+
+
+@pytest.mark.timeout(60)
+def test_resume_from_missing_path_exits_nonzero_naming_it(tmp_path):
+    missing = tmp_path / "no" / "such" / "ckpt_00000003.pt"
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "distrl.cli", "train", "cartpole", *SMALL]
+        + ["--agent.max-iterations", "2", "--run-dir", str(run_dir), "--resume", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert str(missing) in proc.stderr, proc.stderr
+    assert "does not exist" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr  # a user error, not a crash
+    assert not run_dir.exists(), "a failed resume must not create the run directory"

@@ -45,8 +45,8 @@ def test_default_configs_are_valid_and_fresh(name: str) -> None:
 
 def test_default_config_values() -> None:
     cartpole = default_config("cartpole")
-    assert cartpole.env.num_envs == 256 and cartpole.agent.num_steps == 16
-    assert cartpole.agent.lr_schedule == "adaptive" and cartpole.agent.max_iterations == 150
+    assert cartpole.env.num_envs == 128 and cartpole.agent.num_steps == 32
+    assert cartpole.agent.lr_schedule == "adaptive" and cartpole.agent.max_iterations == 100
     assert default_config("acrobot").agent.num_steps == 32
     assert default_config("pendulum").agent.max_iterations == 300
     gym_cfg = default_config("gym:Acrobot-v1")

@@ -1,0 +1,83 @@
+"""Shared by the reliability tests: global state put back after in-process runs, and one
+uninterrupted 2-rank `distrl train --nproc 2` run that the determinism and elastic-restart tests
+both compare against (a fresh process costs seconds of imports; we start as few as we can)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.reliability.workers import BIN, run_cli
+
+TWO_RANK_ITERS = 6
+TWO_RANK_ARGS = [
+    "--env.num-envs",
+    "8",
+    "--agent.num-steps",
+    "8",
+    "--agent.num-epochs",
+    "2",
+    "--agent.num-minibatches",
+    "2",
+    "--agent.max-iterations",
+    str(TWO_RANK_ITERS),
+    "--agent.save-interval",
+    "2",
+    "--threads",
+    "1",
+    "--progress",
+    "False",
+    "--tensorboard",
+    "False",
+    "--dist.timeout",
+    "30",
+]
+
+
+def two_rank_command(run_dir: Path, *extra: str) -> list[str]:
+    """`distrl train cartpole --nproc 2 --max-restarts 2 --resume auto` on a tiny config."""
+    return [
+        str(BIN / "distrl"),
+        "train",
+        "cartpole",
+        "--nproc",
+        "2",
+        "--max-restarts",
+        "2",
+        "--resume",
+        "auto",
+        "--run-dir",
+        str(run_dir),
+        *TWO_RANK_ARGS,
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def two_rank_reference(tmp_path_factory) -> Path:
+    """Run directory of one uninterrupted 2-rank run (seed 0)."""
+    run_dir = tmp_path_factory.mktemp("two_rank_reference") / "run"
+    code, out, err, secs = run_cli(two_rank_command(run_dir), timeout=60)
+    print(f"2-rank reference run: {secs:.1f} s")
+    assert code == 0, out + err
+    return run_dir
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_state(monkeypatch):
+    """In-process runs set torch's threads and RNG; nothing may leak into other tests."""
+    monkeypatch.setenv("COLUMNS", "500")  # rich wraps console lines (and paths) at the width
+    monkeypatch.delenv("DISTRL_FAULTS", raising=False)
+    threads = torch.get_num_threads()
+    rng = torch.get_rng_state()
+    np_state, py_state = np.random.get_state(), random.getstate()
+    yield
+    torch.set_num_threads(threads)
+    torch.set_rng_state(rng)
+    np.random.set_state(np_state)
+    random.setstate(py_state)
+    torch.set_flush_denormal(False)  # run_training turns it on for CPU ranks; off by default

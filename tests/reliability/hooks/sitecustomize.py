@@ -1,0 +1,35 @@
+"""Test-only hook, imported at start-up by every Python process that has this directory on
+PYTHONPATH (tests/reliability/test_elastic_restart.py puts it there for one `distrl train` run).
+
+In a torchrun worker whose RANK is ``DISTRL_TEST_KILL_RANK``, the process SIGKILLs itself on
+entering the update of iteration ``DISTRL_TEST_KILL_AT_ITERATION``, once: it first creates the
+marker file ``DISTRL_TEST_KILL_MARKER``, and a restarted worker that finds it carries on. Nothing
+in src/ knows about this; without the variables the hook does nothing.
+"""
+
+import os
+
+_AT = os.environ.get("DISTRL_TEST_KILL_AT_ITERATION")
+
+if _AT is not None and "LOCAL_RANK" in os.environ:  # a torchrun worker, not the agent
+    import signal
+
+    from distrl.runner.on_policy import OnPolicyRunner
+
+    _inner = OnPolicyRunner.learn_step
+    _rank = int(os.environ.get("DISTRL_TEST_KILL_RANK", "1"))
+    _marker = os.environ["DISTRL_TEST_KILL_MARKER"]
+
+    def _learn_step(self):
+        if self.ctx.rank == _rank and self.iteration == int(_AT):
+            try:
+                fd = os.open(_marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass  # died once already: this is the restarted worker
+            else:
+                os.write(fd, f"rank {_rank} killed at iteration {_AT}\n".encode())
+                os.close(fd)
+                os.kill(os.getpid(), signal.SIGKILL)
+        return _inner(self)
+
+    OnPolicyRunner.learn_step = _learn_step

@@ -1,0 +1,222 @@
+"""Bad input, table-driven: every row is refused with a ValueError that shows the numbers and a
+fix, and `distrl train` turns it into exit code 2 with that message, before torchrun, a process
+group or a run directory exists.
+
+"World size larger than the work can be split into": in DD-PPO each rank steps its own
+--env.num-envs, so no amount of work runs out of pieces as ranks are added. What does run out is
+devices: ranks use cuda:{local_rank}, so more local ranks than visible GPUs cannot start. That row
+fakes one visible GPU; `--nproc 0` and negative counts are refused as well. CPU ranks beyond the
+core count are allowed (they only time-slice), see docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from distrl import cli
+from distrl.distributed import launch
+
+FAST = ["--threads", "1", "--progress", "False", "--tensorboard", "False"]
+
+# (id, argv after `train`, substrings the message must contain, environment for the row)
+TABLE = [
+    (
+        "batch-not-divisible",
+        [
+            "cartpole",
+            "--env.num-envs",
+            "3",
+            "--agent.num-steps",
+            "5",
+            "--agent.num-minibatches",
+            "4",
+        ],
+        [
+            "rollout batch 3 envs x 5 steps = 15",
+            "--agent.num-minibatches 4",
+            "e.g. a batch of 12 or 16",
+            "a minibatch count that divides 15",
+        ],
+        {},
+    ),
+    (
+        "minibatch-below-2",
+        [
+            "cartpole",
+            "--env.num-envs",
+            "2",
+            "--agent.num-steps",
+            "2",
+            "--agent.num-minibatches",
+            "4",
+        ],
+        ["minibatch size 4 // 4 = 1 is below 2", "raise --env.num-envs or --agent.num-steps"],
+        {},
+    ),
+    (
+        "zero-envs",
+        ["cartpole", "--env.num-envs", "0"],
+        ["--env.num-envs must be positive, got 0; set it to 1 or more"],
+        {},
+    ),
+    (
+        "negative-steps",
+        ["cartpole", "--agent.num-steps", "-1"],
+        ["--agent.num-steps must be positive, got -1; set it to 1 or more"],
+        {},
+    ),
+    (
+        "zero-epochs",
+        ["cartpole", "--agent.num-epochs", "0"],
+        ["--agent.num-epochs must be positive, got 0; set it to 1 or more"],
+        {},
+    ),
+    (
+        "zero-iterations",
+        ["cartpole", "--agent.max-iterations", "0"],
+        ["--agent.max-iterations must be positive, got 0; set it to 1 or more"],
+        {},
+    ),
+    (
+        "zero-minibatches",
+        ["cartpole", "--agent.num-minibatches", "0"],
+        ["--agent.num-minibatches must be positive, got 0; set it to 1 or more"],
+        {},
+    ),
+    (
+        "zero-skips",
+        ["cartpole", "--agent.max-consecutive-skips", "0"],
+        ["--agent.max-consecutive-skips must be positive, got 0; use e.g. 10"],
+        {},
+    ),
+    (
+        "zero-timeout",
+        ["cartpole", "--dist.timeout", "0"],
+        ["--dist.timeout must be positive, got 0.0; use e.g. 120"],
+        {},
+    ),
+    (
+        "negative-restarts",
+        ["cartpole", "--nproc", "2", "--max-restarts", "-1"],
+        ["--max-restarts must be 0 or more, got -1"],
+        {},
+    ),
+    (
+        "zero-nproc",
+        ["cartpole", "--nproc", "0"],
+        ["--nproc must be positive, got 0; set it to 1 or more"],
+        {},
+    ),
+    (
+        "all-problems-at-once",
+        ["cartpole", "--env.num-envs", "0", "--agent.num-epochs", "-3"],
+        ["--env.num-envs must be positive, got 0", "--agent.num-epochs must be positive, got -3"],
+        {},
+    ),
+    (
+        "unknown-task",
+        ["cartpol"],
+        ["unknown task 'cartpol'", "Did you mean cartpole", "Run `distrl list`"],
+        {},
+    ),
+    (
+        "resume-missing",
+        ["cartpole", "--resume", "{tmp}/nope/ckpt_00000003.pt"],
+        [
+            "--resume {tmp}/nope/ckpt_00000003.pt: path does not exist",
+            "pass a checkpoint file (ckpt_*.pt), a run directory, or --resume auto with --run-dir",
+        ],
+        {},
+    ),
+    (
+        "resume-missing-under-nproc",
+        ["cartpole", "--nproc", "2", "--resume", "{tmp}/nope"],
+        ["--resume {tmp}/nope: path does not exist"],
+        {},
+    ),
+    (
+        "resume-auto-without-run-dir",
+        ["cartpole", "--resume", "auto", "--no-run-dir"],
+        ["--resume auto needs --run-dir", "pass the run directory"],
+        {},
+    ),
+    (
+        "more-ranks-than-gpus",
+        ["cartpole", "--nproc", "4", "--device", "cuda"],
+        [
+            "4 processes on this machine need 4 GPUs",
+            "but 1 are visible",
+            "use --nproc 1",
+            "--device cpu",
+        ],
+        {"fake_gpus": 1},
+    ),
+    (
+        "more-ranks-than-gpus-under-torchrun",
+        ["cartpole", "--distributed", "True"],
+        ["3 processes on this machine need 3 GPUs", "but 2 are visible"],
+        {
+            "fake_gpus": 2,
+            "env": {
+                "RANK": "0",
+                "LOCAL_RANK": "0",
+                "WORLD_SIZE": "3",
+                "LOCAL_WORLD_SIZE": "3",
+                "TORCHELASTIC_RUN_ID": "t",
+            },
+        },
+    ),
+]
+
+
+def _no_start(*args, **kwargs):
+    raise AssertionError("a bad configuration reached torchrun or the process group")
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    ("argv", "expected", "extra"), [row[1:] for row in TABLE], ids=[row[0] for row in TABLE]
+)
+def test_bad_configuration_is_refused_before_anything_starts(
+    argv, expected, extra, tmp_path, monkeypatch, capsys
+):
+    run_dir = tmp_path / "run"
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    if "--no-run-dir" in argv:
+        argv.remove("--no-run-dir")
+    else:
+        argv += ["--run-dir", str(run_dir)]
+    argv += FAST
+    expected = [e.replace("{tmp}", str(tmp_path)) for e in expected]
+    for k, v in extra.get("env", {}).items():
+        monkeypatch.setenv(k, v)
+    if "fake_gpus" in extra:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: extra["fake_gpus"])
+    monkeypatch.setattr(launch, "launch", _no_start)
+    monkeypatch.setattr(dist, "init_process_group", _no_start)
+
+    # the functions raise a ValueError with the numbers and the fix ...
+    with pytest.raises(ValueError) as e:
+        cli.check_before_start(cli.parse_train_args(argv))
+    message = str(e.value)
+    for part in expected:
+        assert part in message, f"{part!r} not in:\n{message}"
+
+    # ... and the command line prints exactly that and exits 2, quickly, having started nothing
+    capsys.readouterr()
+    t0 = time.monotonic()
+    code = cli.train_main(argv)
+    secs = time.monotonic() - t0
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert err == f"error: {message}\n", err
+    assert "Traceback" not in out + err
+    assert secs < 3, secs
+    assert not run_dir.exists(), "a refused configuration created the run directory"
+    assert not dist.is_initialized()
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())

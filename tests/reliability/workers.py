@@ -1,0 +1,281 @@
+"""Functions run inside spawned ranks (tests/distributed/harness.py), importable by module name
+for the spawn start method, and the helpers shared by the reliability tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from distrl.config import AgentConfig, DistConfig, EnvConfig, TrainConfig
+
+BIN = Path(sys.executable).parent
+HOOKS = Path(__file__).parent / "hooks"
+
+
+def tiny_config(
+    task: str,
+    run_dir: str | None,
+    distributed: bool,
+    timeout: float = 15.0,
+    check_finite: bool = True,
+    **agent,
+) -> TrainConfig:
+    a = dict(num_steps=8, num_epochs=2, num_minibatches=2, max_iterations=4, save_interval=1)
+    a.update(agent)
+    return TrainConfig(
+        task=task,
+        env=EnvConfig(num_envs=8, check_finite=check_finite),
+        agent=AgentConfig(**a),
+        dist=DistConfig(timeout=timeout),
+        distributed=distributed,
+        run_dir=run_dir,
+        tensorboard=False,
+        progress=False,
+        threads=1,
+    )
+
+
+# ---- ranks in processes forked from a server that has imported torch once ---------------------
+
+_PRELOAD = [
+    "tests.reliability.workers",
+    "distrl.cli",
+    "distrl.runner.on_policy",
+    "distrl.distributed.allreduce",
+    "distrl.envs.registry",
+    "distrl.envs.faulty",
+    "distrl.telemetry",
+    "torch.distributed",
+]
+
+
+def run_group(fn, world: int, *args, timeout: float):
+    """``tests.distributed.harness.run_ranks`` with the ``forkserver`` start method: the server
+    imports torch and distrl once, each rank is a fork of it (a clean, single-threaded process)
+    instead of a fresh interpreter that spends seconds importing torch again. Same returns:
+    ({rank: (status, value)}, {rank: exit code or None if killed at the timeout}, seconds)."""
+    import multiprocessing as mp
+    import queue
+
+    from tests.distributed.harness import _child, free_port
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_child, args=(fn, r, world, port, q, args)) for r in range(world)]
+    t0 = time.monotonic()
+    for p in procs:
+        p.start()
+    results: dict = {}
+    deadline = t0 + timeout
+    while len(results) < world and time.monotonic() < deadline:
+        try:
+            rank, status, value = q.get(timeout=0.1)
+            results[rank] = (status, value)
+        except queue.Empty:
+            if all(not p.is_alive() for p in procs):
+                try:  # what the last process put before exiting
+                    while True:
+                        rank, status, value = q.get(timeout=0.5)
+                        results[rank] = (status, value)
+                except queue.Empty:
+                    break
+    codes: dict = {}
+    for r, p in enumerate(procs):
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+            codes[r] = None
+        else:
+            codes[r] = p.exitcode
+    return results, codes, time.monotonic() - t0
+
+
+def _report(path: str, rank: int, e: BaseException | None, t0: float, **extra) -> None:
+    cause = None if e is None else e.__cause__
+    with open(f"{path}.{rank}.json", "w") as f:
+        json.dump(
+            {
+                "type": None if e is None else type(e).__name__,
+                "error": None if e is None else str(e),
+                "cause_type": None if cause is None else type(cause).__name__,
+                "cause": None if cause is None else str(cause),
+                "cause_env_index": getattr(cause, "env_index", None),
+                "seconds": time.monotonic() - t0,
+                **extra,
+            },
+            f,
+        )
+
+
+def faulty_train(
+    rank: int, world: int, faults: str, run_dir: str, timeout: float, report: str
+) -> dict:
+    """``run_training`` on ``faulty-cartpole`` with ``DISTRL_FAULTS=faults``; writes
+    ``{report}.{rank}.json`` (what it raised, its cause, seconds) and re-raises."""
+    from distrl.cli import run_training
+
+    os.environ["DISTRL_FAULTS"] = faults  # parse_faults reads RANK (set by the harness)
+    cfg = tiny_config(
+        "faulty-cartpole", run_dir, distributed=world > 1, timeout=timeout, max_iterations=6
+    )
+    t0 = time.monotonic()
+    try:
+        final = run_training(cfg)
+    except BaseException as e:
+        _report(report, rank, e, t0)
+        raise
+    _report(report, rank, None, t0)
+    return {"iteration": final.get("iteration")}
+
+
+def poisoned_rewards(
+    rank: int, world: int, run_dir: str, poison: list[int], max_skips: int
+) -> dict:
+    """Rank 1's rewards become NaN after the rollout of the iterations in ``poison`` (the env
+    check is off, advantages are not normalized: rank 0's own loss stays finite). Returns each
+    rank's per-iteration skip counts and parameters, and what stopped training."""
+    from distrl.algorithms.ppo import NonFiniteError
+    from distrl.cli import run_training
+    from distrl.runner.on_policy import OnPolicyRunner
+
+    history: list[dict] = []
+    inner = OnPolicyRunner.learn_step
+
+    def learn_step(self):
+        if rank == 1 and self.iteration in poison:
+            self.buffer.rewards.fill_(float("nan"))
+        m = inner(self)
+        history.append(
+            {
+                "iteration": self.iteration,
+                "skipped": m["train/skipped_updates"],
+                "skipped_total": self.ppo.skipped_total,
+                "params": torch.cat([p.detach().reshape(-1) for p in self.policy.parameters()]),
+            }
+        )
+        return m
+
+    OnPolicyRunner.learn_step = learn_step
+    cfg = tiny_config(
+        "cartpole",
+        run_dir,
+        distributed=world > 1,
+        check_finite=False,
+        max_iterations=6,
+        norm_adv=False,
+        max_consecutive_skips=max_skips,
+    )
+    error = None
+    try:
+        run_training(cfg)
+    except NonFiniteError as e:
+        error = str(e)
+    return {"history": history, "error": error}
+
+
+# ---- the real command line in a subprocess ------------------------------------------------
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """A CLI subprocess's environment: no inherited torchrun variables, .venv/bin on PATH,
+    one OpenMP thread, a wide console (rich would wrap long paths)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "TORCHELASTIC_RUN_ID",
+            "GROUP_RANK",
+            "DISTRL_FAULTS",
+        )
+    }
+    env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
+    env.update(COLUMNS="500", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def run_cli(cmd: list[str], timeout: float, **env: str) -> tuple[int, str, str, float]:
+    """Run ``cmd`` in its own session; on timeout kill the whole process group (torchrun and its
+    ranks) and raise TimeoutError. Returns (exit code, stdout, stderr, seconds)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(**env),
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise TimeoutError(
+            f"{' '.join(cmd)}: still running after {timeout} s (killed)\n"
+            f"stdout:\n{out}\nstderr:\n{err}"
+        ) from None
+    return proc.returncode, out, err, time.monotonic() - t0
+
+
+# ---- comparing checkpoints -------------------------------------------------------------------
+
+
+def assert_same(a, b, where: str = "state") -> None:
+    """Bitwise equality of nested dicts/lists of tensors and plain values."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: {a.keys()} != {b.keys()}"
+        for k in a:
+            assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple) and len(a) == len(b), f"{where}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif torch.is_tensor(a):
+        assert torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape, where
+        assert torch.equal(a, b), f"{where}: differs (max |diff| {(a - b).abs().max()})"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def final_state(run_dir: Path, iteration: int) -> dict:
+    """The verified checkpoint ``iteration`` of ``run_dir``, minus its wall-clock time."""
+    from distrl import checkpoint as ckpt
+
+    state, manifest = ckpt.load_checkpoint(ckpt.checkpoint_path(run_dir / "checkpoints", iteration))
+    assert manifest["iteration"] == iteration
+    state.pop("wall_time")
+    return state
+
+
+def with_config(cfg: TrainConfig, **sub) -> TrainConfig:
+    """``cfg`` with fields of its sub-configs replaced: with_config(cfg, agent={...})."""
+    for k, v in sub.items():
+        cfg = dataclasses.replace(cfg, **{k: dataclasses.replace(getattr(cfg, k), **v)})
+    return cfg
+
+
+def cli_rank(rank: int, world: int, argv: list[str]) -> int:
+    """What a rank started by `distrl train --nproc N` does with its argv (the launcher adds
+    ``--distributed True --run-dir D``): parse it, then ``run_training``."""
+    from distrl.cli import parse_train_args, run_training
+
+    return run_training(parse_train_args(argv))["iteration"]

@@ -16,7 +16,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# Tables are wide: without a terminal rich assumes 80 columns and cuts every header.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def machine() -> dict[str, Any]:

@@ -149,9 +149,13 @@ class PPO:
         self.skipped_total = int(state["skipped_total"])
 
     # ---- global batch statistics --------------------------------------------------------
-    def _global_stats(self, buf: RolloutBuffer) -> dict[str, float]:
+    def _global_stats(
+        self, buf: RolloutBuffer, extra: torch.Tensor | None = None
+    ) -> dict[str, float]:
         """Advantage mean/std and explained variance over the whole global batch: one
-        all-reduce of power sums."""
+        all-reduce of power sums. ``extra`` (float64) rides in the same all-reduce and is
+        summed in place, so the caller's per-iteration statistics cost no collective of their
+        own."""
         adv, ret, val = buf.advantages, buf.returns, buf.values
         err = ret - val
         sums = torch.stack(
@@ -165,8 +169,12 @@ class PPO:
                 (err * err).sum(),
             ]
         ).double()
+        if extra is not None:
+            sums = torch.cat([sums, extra.reshape(-1)])
         self.reducer.allreduce_sum_(sums)
-        n, sa, saa, sr, srr, se, see = sums.tolist()
+        if extra is not None:
+            extra.copy_(sums[7:].view_as(extra))
+        n, sa, saa, sr, srr, se, see = sums[:7].tolist()
         mean = sa / n
         var = max(saa / n - mean * mean, 0.0) * n / max(n - 1.0, 1.0)  # unbiased, like torch.std
         var_r = srr / n - (sr / n) ** 2
@@ -176,10 +184,16 @@ class PPO:
 
     # ---- the update ----------------------------------------------------------------------
     def update(
-        self, buf: RolloutBuffer, generator: torch.Generator, blocks: int = 1
+        self,
+        buf: RolloutBuffer,
+        generator: torch.Generator,
+        blocks: int = 1,
+        extra: torch.Tensor | None = None,
     ) -> dict[str, float]:
+        """One PPO update on the rollout; ``extra`` is summed over ranks on the way (see
+        ``_global_stats``)."""
         cfg, W = self.cfg, self.reducer.world_size
-        stats = self._global_stats(buf)
+        stats = self._global_stats(buf, extra)
         data = buf.flat()
         if cfg.norm_adv:
             data.advantages = (data.advantages - stats["adv_mean"]) / (stats["adv_std"] + 1e-8)

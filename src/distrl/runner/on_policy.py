@@ -76,6 +76,7 @@ class OnPolicyRunner:
         self.window = torch.full((WINDOW, 3), -1.0, **z)
         self.iteration = 0
         self.wall_offset = 0.0
+        self.last_rollout_time = 0.0
         self.strategy.sync_from_main(self.policy, self.ppo.optimizer)
 
     # ---- counters ------------------------------------------------------------------------
@@ -155,8 +156,11 @@ class OnPolicyRunner:
             )
 
     # ---- learning --------------------------------------------------------------------------
-    def learn_step(self) -> dict[str, float]:
-        """Advantages, the PPO update, then the normalizer moves to this rollout's statistics."""
+    def learn_step(self) -> dict[str, float | None]:
+        """Advantages, the PPO update, then the normalizer moves to this rollout's statistics.
+
+        The rollout's observation moments and every rank's episode window travel inside the
+        update's statistics all-reduce: one collective per iteration besides the gradients."""
         buf, a = self.buffer, self.cfg.agent
         with torch.no_grad():
             last_values = self.policy.value(self.obs)
@@ -170,16 +174,18 @@ class OnPolicyRunner:
                 a.gamma,
                 a.gae_lambda,
             )
-        metrics = self.ppo.update(buf, self.shuffle_gen, self.shuffle_blocks)
-        if self.policy.normalizer.enabled:
-            flat = Moments.of(buf.obs.reshape(-1, buf.obs.shape[-1])).to_flat()
-            self.strategy.allreduce_sum_(flat)  # count-weighted merge across ranks
-            self.policy.normalizer.update(Moments.from_flat_sum(flat))
-        return metrics
+        obs_dim = buf.obs.shape[-1]
+        moments = Moments.of(buf.obs.reshape(-1, obs_dim)).to_flat()
+        extra = torch.cat([moments, self._episode_slots().reshape(-1)])
+        metrics = self.ppo.update(buf, self.shuffle_gen, self.shuffle_blocks, extra=extra)
+        k = moments.numel()
+        if self.policy.normalizer.enabled:  # count-weighted merge across ranks
+            self.policy.normalizer.update(Moments.from_flat_sum(extra[:k]))
+        return {**metrics, **self._episode_summary(extra[k:].view(self.ctx.world_size, -1))}
 
-    def episode_stats(self, t_rollout: float) -> dict[str, float | None]:
-        """Last-100 episode means over all ranks, and the slowest rank's rollout time: one
-        all-gather per iteration."""
+    def _episode_slots(self) -> torch.Tensor:
+        """[W, 1 + 3*WINDOW] float64, zero except this rank's row: (rollout time, window rows
+        (return, length, completion key)). Summed over ranks it is every rank's row."""
         T = self.buffer.num_steps
         mask = self.done_mask
         if mask.any():
@@ -187,8 +193,16 @@ class OnPolicyRunner:
             key = key.unsqueeze(1).expand_as(mask)
             new = torch.stack([self.done_return[mask], self.done_length[mask], key[mask]], 1)
             self.window = torch.cat([self.window, new])[-WINDOW:]
-        local = torch.cat([torch.tensor([t_rollout], device=self.device), self.window.reshape(-1)])
-        everyone = self.strategy.all_gather(local)
+        slots = torch.zeros(
+            self.ctx.world_size, 1 + 3 * WINDOW, dtype=torch.float64, device=self.device
+        )
+        slots[self.ctx.rank, 0] = self.last_rollout_time
+        slots[self.ctx.rank, 1:] = self.window.reshape(-1)
+        return slots
+
+    @staticmethod
+    def _episode_summary(everyone: torch.Tensor) -> dict[str, float | None]:
+        """Means over the newest WINDOW episodes of all ranks; the slowest rank's rollout."""
         rollout_max = float(everyone[:, 0].max())
         rows = everyone[:, 1:].reshape(-1, 3)
         rows = rows[rows[:, 2] >= 0]
@@ -271,15 +285,13 @@ class OnPolicyRunner:
             self.ppo.schedule_lr(self.iteration)
             t0 = time.perf_counter()
             self.rollout()
-            t_rollout = time.perf_counter() - t0
+            t_rollout = self.last_rollout_time = time.perf_counter() - t0
             if cfg.env.check_finite:
                 self.check_finite()
             t1 = time.perf_counter()
             metrics = self.learn_step()
             t_update = time.perf_counter() - t1
             comm, sync = strategy.take_times()
-            stats = self.episode_stats(t_rollout)
-            comm_stats, _ = strategy.take_times()
             self.iteration += 1
             now = time.perf_counter()
             t_iter = now - t0
@@ -288,11 +300,12 @@ class OnPolicyRunner:
                 "env_steps": self.env_steps,
                 "wall_time": now - start,
                 "perf/sps": self.steps_per_iteration / t_iter,
-                **stats,
+                "episode_return_mean": metrics.pop("episode_return_mean"),
+                "episode_length_mean": metrics.pop("episode_length_mean"),
                 "time/iteration": t_iter,
                 "time/rollout": t_rollout,
                 "time/learn": t_update - comm - sync,
-                "time/comm": comm + comm_stats,
+                "time/comm": comm,
                 "time/sync": sync if (strategy.profile_sync or not strategy.active) else None,
                 **metrics,
             }

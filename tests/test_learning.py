@@ -1,0 +1,45 @@
+"""Does it learn? The default cartpole config reaches Gymnasium's solved threshold (475) on one
+process and on two ranks. Marked slow; it still fits CI's budget (~15 s)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from distrl.telemetry import read_metrics
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def best_return(run_dir) -> float:
+    returns = [r["episode_return_mean"] for r in read_metrics(run_dir / "metrics.jsonl")]
+    return max(r for r in returns if r is not None)
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_default_cartpole_reaches_475(tmp_path, nproc):
+    run_dir = tmp_path / f"w{nproc}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "distrl.cli",
+        "train",
+        "cartpole",
+        "--nproc",
+        str(nproc),
+        "--run-dir",
+        str(run_dir),
+        "--progress",
+        "False",
+        "--tensorboard",
+        "False",
+        "--seed",
+        "1",
+    ]
+    if nproc == 1:
+        cmd += ["--threads", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert best_return(run_dir) >= 475.0

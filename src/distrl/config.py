@@ -98,6 +98,9 @@ class DistConfig:
     """Seconds a collective may wait for a peer before every rank exits with an error."""
     profile_sync: bool = False
     """Barrier before each gradient all-reduce to measure time/sync (the barrier costs time)."""
+    pin_cores: bool = True
+    """CPU ranks: pin each local rank to its own share of the cores, so the scheduler never
+    stacks two ranks on one core while the other idles (every rank would then wait for it)."""
 
 
 @dataclass(frozen=True)

@@ -41,14 +41,24 @@ def _child(fn: Callable, rank: int, world: int, port: int, q: mp.Queue, args: tu
 
 
 def run_ranks(
-    fn: Callable, world: int, *args: Any, timeout: float = 120.0
+    fn: Callable,
+    world: int,
+    *args: Any,
+    timeout: float = 120.0,
+    start_method: str = "spawn",
+    preload: list[str] | None = None,
 ) -> tuple[dict[int, tuple[str, Any]], dict[int, int | None], float]:
-    """Run ``fn(rank, world, *args)`` in ``world`` spawned processes.
+    """Run ``fn(rank, world, *args)`` in ``world`` new processes.
+
+    ``start_method="forkserver"`` with ``preload`` (module names) forks each rank from a server
+    that imported torch once: a clean single-threaded process in a fraction of the start time.
 
     Returns ({rank: (status, result_or_error)}, {rank: exitcode}, elapsed seconds). Processes
     still alive after ``timeout`` are killed and reported with exitcode None.
     """
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context(start_method)
+    if preload:
+        ctx.set_forkserver_preload(preload)
     q: mp.Queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_child, args=(fn, r, world, port, q, args)) for r in range(world)]

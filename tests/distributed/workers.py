@@ -215,9 +215,10 @@ def train_with_fault(
 # ---- launching the real command line (used by the process and resume tests) ----------------
 
 
-def cli_env() -> dict[str, str]:
+def cli_env(**extra: str) -> dict[str, str]:
     """Environment for a CLI subprocess: .venv/bin first on PATH (torchrun finds `train`),
-    no inherited torchrun variables, wide console, one OpenMP thread per rank."""
+    no inherited torchrun variables or injected faults, wide console, one OpenMP thread per
+    rank; ``extra`` variables on top."""
     import os
     import sys
     from pathlib import Path
@@ -235,10 +236,12 @@ def cli_env() -> dict[str, str]:
             "MASTER_PORT",
             "TORCHELASTIC_RUN_ID",
             "GROUP_RANK",
+            "DISTRL_FAULTS",
         )
     }
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.update(COLUMNS="500", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(extra)
     return env
 
 

@@ -58,47 +58,11 @@ _PRELOAD = [
 
 
 def run_group(fn, world: int, *args, timeout: float):
-    """``tests.distributed.harness.run_ranks`` with the ``forkserver`` start method: the server
-    imports torch and distrl once, each rank is a fork of it (a clean, single-threaded process)
-    instead of a fresh interpreter that spends seconds importing torch again. Same returns:
-    ({rank: (status, value)}, {rank: exit code or None if killed at the timeout}, seconds)."""
-    import multiprocessing as mp
-    import queue
+    """``tests.distributed.harness.run_ranks`` with ranks forked from a server that imported
+    torch and distrl once (seconds saved per rank)."""
+    from tests.distributed.harness import run_ranks
 
-    from tests.distributed.harness import _child, free_port
-
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_child, args=(fn, r, world, port, q, args)) for r in range(world)]
-    t0 = time.monotonic()
-    for p in procs:
-        p.start()
-    results: dict = {}
-    deadline = t0 + timeout
-    while len(results) < world and time.monotonic() < deadline:
-        try:
-            rank, status, value = q.get(timeout=0.1)
-            results[rank] = (status, value)
-        except queue.Empty:
-            if all(not p.is_alive() for p in procs):
-                try:  # what the last process put before exiting
-                    while True:
-                        rank, status, value = q.get(timeout=0.5)
-                        results[rank] = (status, value)
-                except queue.Empty:
-                    break
-    codes: dict = {}
-    for r, p in enumerate(procs):
-        p.join(max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-            p.join()
-            codes[r] = None
-        else:
-            codes[r] = p.exitcode
-    return results, codes, time.monotonic() - t0
+    return run_ranks(fn, world, *args, timeout=timeout, start_method="forkserver", preload=_PRELOAD)
 
 
 def _report(path: str, rank: int, e: BaseException | None, t0: float, **extra) -> None:
@@ -188,28 +152,10 @@ def poisoned_rewards(
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    """A CLI subprocess's environment: no inherited torchrun variables, .venv/bin on PATH,
-    one OpenMP thread, a wide console (rich would wrap long paths)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k
-        not in (
-            "RANK",
-            "LOCAL_RANK",
-            "WORLD_SIZE",
-            "LOCAL_WORLD_SIZE",
-            "MASTER_ADDR",
-            "MASTER_PORT",
-            "TORCHELASTIC_RUN_ID",
-            "GROUP_RANK",
-            "DISTRL_FAULTS",
-        )
-    }
-    env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
-    env.update(COLUMNS="500", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.update(extra)
-    return env
+    """The shared CLI subprocess environment (tests.distributed.workers.cli_env)."""
+    from tests.distributed.workers import cli_env as shared
+
+    return shared(**extra)
 
 
 def run_cli(cmd: list[str], timeout: float, **env: str) -> tuple[int, str, str, float]:

@@ -15,7 +15,6 @@ import datetime
 import sys
 from pathlib import Path
 
-import torch.distributed as dist
 import tyro
 
 from distrl.config import TrainConfig, to_dict, validate
@@ -168,8 +167,6 @@ def run_training(cfg: TrainConfig) -> dict:
         env.close()
         clean = True
         return final
-    except dist.DistError as e:
-        raise context.peer_failure(ctx, cfg.dist.timeout, e) from e
     finally:
         context.shutdown(clean)
 

@@ -169,7 +169,8 @@ def test_killed_rank_makes_the_other_exit_with_an_error(faults):
     # a dead peer closes its sockets: rank 0 need not wait for the timeout at all
     assert rep["seconds_after_fault"] < KILL_TIMEOUT + 5, rep
     assert elapsed < KILL_TIMEOUT + 40
-    assert rep["error"], rep
+    assert rep["type"] == "PeerFailure", rep
+    assert "rank 1 last seen at iteration 2" in rep["error"], rep  # names the missing rank
 
 
 @pytest.mark.timeout(90)
@@ -185,6 +186,8 @@ def test_stuck_rank_makes_the_other_exit_within_the_timeout(faults):
     # the peer is silent: the error comes from the collective timeout, not before it
     assert STOP_TIMEOUT - 1 <= rep["seconds_after_fault"] < STOP_TIMEOUT + 10, rep
     assert "timed out" in rep["error"].lower() or "timeout" in rep["error"].lower(), rep
+    assert rep["type"] == "PeerFailure", rep
+    assert "rank 1 last seen at iteration 2" in rep["error"], rep  # names the missing rank
 
 
 @pytest.mark.timeout(30)

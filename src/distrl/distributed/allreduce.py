@@ -16,15 +16,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from distrl.distributed.context import DistContext
+from distrl.distributed.context import DistContext, peer_failure
 
 
 class AllReduceStrategy:
     """Collectives with their time accounted: ``comm`` inside collectives, ``sync`` in the
     optional barrier that isolates waiting for the slowest rank (``profile_sync``)."""
 
-    def __init__(self, ctx: DistContext, profile_sync: bool = False):
+    def __init__(self, ctx: DistContext, profile_sync: bool = False, timeout: float = 120.0):
         self.ctx = ctx
+        self.timeout = timeout
         self.world_size = ctx.world_size
         self.rank = ctx.rank
         self.is_main = ctx.is_main
@@ -40,15 +41,18 @@ class AllReduceStrategy:
             torch.cuda.synchronize(self.ctx.device)
 
     def _timed(self, fn, *args, **kwargs):
-        if self.profile_sync:
+        try:
+            if self.profile_sync:
+                self._fence()
+                t0 = time.perf_counter()
+                dist.barrier()
+                self.sync_time += time.perf_counter() - t0
             self._fence()
             t0 = time.perf_counter()
-            dist.barrier()
-            self.sync_time += time.perf_counter() - t0
-        self._fence()
-        t0 = time.perf_counter()
-        out = fn(*args, **kwargs)
-        self._fence()
+            out = fn(*args, **kwargs)
+            self._fence()
+        except RuntimeError as e:  # Gloo/NCCL: a peer died, stalled or dropped its connection
+            raise peer_failure(self.ctx, self.timeout, e) from e
         self.comm_time += time.perf_counter() - t0
         return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -138,21 +139,57 @@ class PeerFailure(RuntimeError):
     """A collective failed: a peer died, stalled past --dist.timeout, or lost its connection."""
 
 
+def _store():
+    """The default process group's rendezvous store (None if unavailable)."""
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        return _get_default_store()
+    except Exception:
+        return None
+
+
+def heartbeat(ctx: DistContext, iteration: int) -> None:
+    """Record in the store that this rank entered ``iteration`` now (one small set per
+    iteration); ``peer_failure`` reads these to name the rank that went silent."""
+    store = _store()
+    if store is not None:
+        with contextlib.suppress(Exception):
+            store.set(f"distrl/alive/{ctx.rank}", f"{iteration} {time.time():.3f}")
+
+
+def silent_ranks(ctx: DistContext) -> str:
+    """'rank 1 last seen at iteration 2, 10.4 s ago; ...' for every other rank, from the
+    heartbeats; empty when the store cannot be read (its host may be the rank that died)."""
+    store = _store()
+    if store is None:
+        return ""
+    now, seen = time.time(), []
+    try:
+        for r in range(ctx.world_size):
+            key = f"distrl/alive/{r}"
+            if r == ctx.rank or not store.check([key]):
+                continue
+            it, t = store.get(key).decode().split()
+            seen.append((now - float(t), r, int(it)))
+    except Exception as e:
+        return f"the rendezvous store did not answer ({type(e).__name__}); its host may be down"
+    seen.sort(reverse=True)
+    return "; ".join(
+        f"rank {r} last seen at iteration {it}, {age:.1f} s ago" for age, r, it in seen
+    )
+
+
 def peer_failure(ctx: DistContext, timeout: float, error: BaseException) -> PeerFailure:
-    """Turn a backend error into one that says which ranks stopped answering where the backend
-    can tell: Gloo's monitored barrier names the ranks that miss it (rank 0 asks every rank)."""
+    """Turn a backend error into one that names the rank that went silent, where the store can
+    tell (each rank's last heartbeat), with the backend's own message."""
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    missing = ""
-    if ctx.backend == "gloo":
-        try:
-            dist.monitored_barrier(
-                timeout=datetime.timedelta(seconds=min(timeout, 10.0)), wait_all_ranks=True
-            )
-        except Exception as e:  # the message names the ranks that did not answer
-            missing = " | " + " ".join(str(e).split())[:400]
+    who = silent_ranks(ctx)
     return PeerFailure(
         f"rank {ctx.rank}/{ctx.world_size}: a collective failed, so a peer rank died, stalled "
-        f"past --dist.timeout={timeout:g}s or lost its connection ({first}){missing}"
+        f"past --dist.timeout={timeout:g}s or lost its connection"
+        + (f" ({who})" if who else "")
+        + f". Backend: {first}"
     )
 
 

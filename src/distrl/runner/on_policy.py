@@ -18,7 +18,7 @@ from distrl import checkpoint as ckpt
 from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig, to_dict
 from distrl.distributed.allreduce import AllReduceStrategy
-from distrl.distributed.context import DistContext, rank_seed
+from distrl.distributed.context import DistContext, heartbeat, rank_seed
 from distrl.envs.core import VecEnv
 from distrl.policy import ActorCritic, Moments
 from distrl.storage.advantages import gae
@@ -48,7 +48,7 @@ class OnPolicyRunner:
         self.cfg, self.ctx, self.env, self.tel = cfg, ctx, env, telemetry
         self.run_dir = run_dir
         self.device = ctx.device
-        self.strategy = AllReduceStrategy(ctx, cfg.dist.profile_sync)
+        self.strategy = AllReduceStrategy(ctx, cfg.dist.profile_sync, cfg.dist.timeout)
         self.seed = rank_seed(cfg.seed, ctx.rank)
         torch.manual_seed(self.seed)
         # Nothing here draws from numpy or `random`, but checkpoints capture their state: seeded,
@@ -282,6 +282,8 @@ class OnPolicyRunner:
         record: dict[str, Any] = {}
         strategy.take_times()
         while self.iteration < max_it:
+            if strategy.active:
+                heartbeat(self.ctx, self.iteration)
             self.ppo.schedule_lr(self.iteration)
             t0 = time.perf_counter()
             self.rollout()

@@ -245,7 +245,7 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(cmd: list[str], timeout: float, cwd=None) -> tuple[int, str, str, float]:
+def run_cli(cmd: list[str], timeout: float, cwd=None, **env: str) -> tuple[int, str, str, float]:
     """Run ``cmd`` in its own session; on timeout kill that whole process group (torchrun and
     its ranks) and raise TimeoutError. Returns (exit code, stdout, stderr, seconds)."""
     import os
@@ -260,7 +260,7 @@ def run_cli(cmd: list[str], timeout: float, cwd=None) -> tuple[int, str, str, fl
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
-        env=cli_env(),
+        env=cli_env(**env),
         start_new_session=True,
     )
     try:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -159,27 +157,10 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 def run_cli(cmd: list[str], timeout: float, **env: str) -> tuple[int, str, str, float]:
-    """Run ``cmd`` in its own session; on timeout kill the whole process group (torchrun and its
-    ranks) and raise TimeoutError. Returns (exit code, stdout, stderr, seconds)."""
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(**env),
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise TimeoutError(
-            f"{' '.join(cmd)}: still running after {timeout} s (killed)\n"
-            f"stdout:\n{out}\nstderr:\n{err}"
-        ) from None
-    return proc.returncode, out, err, time.monotonic() - t0
+    """The shared CLI runner (tests.distributed.workers.run_cli) with extra env variables."""
+    from tests.distributed.workers import run_cli as shared
+
+    return shared(cmd, timeout, **env)
 
 
 # ---- comparing checkpoints -------------------------------------------------------------------

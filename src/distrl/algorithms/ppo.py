@@ -2,7 +2,7 @@
 
 The loss is a pure function. The update is pure tensor code too: how gradients are combined
 across processes is injected as a ``Reducer`` (sum in place over ranks), so this module never
-imports torch.distributed and a single process simply uses the identity reducer.
+imports the distributed package and a single process simply uses the identity reducer.
 
 Per minibatch the gradients of every parameter live in one flat buffer (``p.grad`` are views into
 it, so backward writes there directly). A few scalars ride in the same buffer, so a single

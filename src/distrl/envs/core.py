@@ -14,7 +14,7 @@ first observation of the next episode, and ``info["final_obs"]`` holds the obser
 the episode (for rows that are not done it equals ``obs``). Truncated episodes must bootstrap from
 V(final_obs), never from the reset state.
 
-Envs never import torch.distributed, never log and never touch files.
+Envs never import the distributed package, never log and never touch files.
 """
 
 from __future__ import annotations

@@ -8,37 +8,23 @@ RNG and thread count back afterwards so nothing leaks into other tests.
 
 from __future__ import annotations
 
-import random
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from distrl import checkpoint as ckpt
 from distrl.cli import parse_train_args, run_training
 from distrl.telemetry import read_metrics
+from tests.reliability.workers import assert_same
 
 SMALL = shlex.split(
     "--env.num-envs 32 --agent.num-steps 8 --agent.num-epochs 2 --threads 1 --progress False "
     "--tensorboard False"
 )
-
-
-@pytest.fixture(autouse=True)
-def _restore_global_state(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "500")  # rich wraps console lines (and paths) at the width
-    threads = torch.get_num_threads()
-    rng = torch.get_rng_state()
-    np_state, py_state = np.random.get_state(), random.getstate()
-    yield
-    torch.set_num_threads(threads)
-    torch.set_rng_state(rng)
-    np.random.set_state(np_state)
-    random.setstate(py_state)
 
 
 def train(run_dir: Path, *extra: str) -> dict:
@@ -51,24 +37,6 @@ def final_state(run_dir: Path, iteration: int) -> dict:
     state, manifest = ckpt.load_checkpoint(path)
     assert manifest["iteration"] == iteration
     return state
-
-
-def assert_same_tensors(a, b, where: str = "") -> None:
-    """Recursive torch.equal over nested dicts/lists; other leaves compared with ==."""
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: {a.keys()} != {b.keys()}"
-        for k in a:
-            assert_same_tensors(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list | tuple):
-        assert isinstance(b, list | tuple) and len(a) == len(b), f"{where}: lengths differ"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same_tensors(x, y, f"{where}[{i}]")
-    elif torch.is_tensor(a):
-        assert torch.is_tensor(b), f"{where}: tensor vs {type(b).__name__}"
-        assert a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a.dtype}{tuple(a.shape)}"
-        assert torch.equal(a, b), f"{where}: tensors differ (max |diff| {(a - b).abs().max()})"
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +60,9 @@ def test_resume_equals_uninterrupted_run(uninterrupted, tmp_path, capsys):
 
     assert resumed["iteration"] == full["iteration"] == 6
     assert resumed["env_steps"] == full["env_steps"] == 6 * 32 * 8
-    assert_same_tensors(resumed["policy"], full["policy"], "policy")
-    assert_same_tensors(resumed["ppo"], full["ppo"], "ppo")  # optimizer state, lr
-    assert_same_tensors(resumed["ranks"][0]["obs"], full["ranks"][0]["obs"], "obs")
+    assert_same(resumed["policy"], full["policy"], "policy")
+    assert_same(resumed["ppo"], full["ppo"], "ppo")  # optimizer state, lr
+    assert_same(resumed["ranks"][0]["obs"], full["ranks"][0]["obs"], "obs")
     assert torch.equal(resumed["shuffle_rng"], full["shuffle_rng"])
 
     recs = read_metrics(run_dir)
@@ -120,8 +88,8 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(uninterrupted, tmp_pat
     assert "at iteration 2" in out, out
 
     resumed = final_state(run_dir, 6)
-    assert_same_tensors(resumed["policy"], full["policy"], "policy")
-    assert_same_tensors(resumed["ppo"], full["ppo"], "ppo")
+    assert_same(resumed["policy"], full["policy"], "policy")
+    assert_same(resumed["ppo"], full["ppo"], "ppo")
     # the lost iterations 3-4 are logged twice; read_metrics keeps the later ones
     raw = [r["iteration"] for r in read_metrics(run_dir, dedupe=False)]
     assert raw == [1, 2, 3, 4, 3, 4, 5, 6]

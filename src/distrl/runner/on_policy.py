@@ -71,7 +71,6 @@ class OnPolicyRunner:
         self.ep_length = torch.zeros(N, **z)
         self.done_return = torch.zeros(T, N, **z)
         self.done_length = torch.zeros(T, N, **z)
-        self.done_mask = torch.zeros(T, N, dtype=torch.bool, **z)
         # window rows: (return, length, completion key); key -1 marks an empty slot
         self.window = torch.full((WINDOW, 3), -1.0, **z)
         self.iteration = 0
@@ -113,7 +112,6 @@ class OnPolicyRunner:
             done = terminated | truncated
             self.ep_return += reward
             self.ep_length += 1
-            self.done_mask[t] = done
             self.done_return[t] = self.ep_return
             self.done_length[t] = self.ep_length
             self.ep_return.masked_fill_(done, 0.0)
@@ -187,7 +185,7 @@ class OnPolicyRunner:
         """[W, 1 + 3*WINDOW] float64, zero except this rank's row: (rollout time, window rows
         (return, length, completion key)). Summed over ranks it is every rank's row."""
         T = self.buffer.num_steps
-        mask = self.done_mask
+        mask = self.buffer.terminated | self.buffer.truncated  # episodes that ended
         if mask.any():
             key = self.iteration * T + torch.arange(T, device=self.device, dtype=torch.float32)
             key = key.unsqueeze(1).expand_as(mask)

@@ -112,6 +112,7 @@ def run_training(cfg: TrainConfig) -> dict:
     """One rank's whole life: process group, env, runner, telemetry; torn down on any exit."""
     from distrl import checkpoint as ckpt
     from distrl.distributed import context
+    from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import make_env
     from distrl.runner.on_policy import OnPolicyRunner
     from distrl.telemetry import Telemetry
@@ -119,10 +120,8 @@ def run_training(cfg: TrainConfig) -> dict:
     ctx = context.init(cfg)
     clean = False
     try:
-        from distrl.distributed.allreduce import AllReduceStrategy
-
-        bootstrap = AllReduceStrategy(ctx)
-        run_dir = Path(bootstrap.broadcast_object(str(cfg.run_dir or default_run_dir(cfg.task))))
+        strategy = make_strategy(cfg, ctx)
+        run_dir = Path(strategy.broadcast_object(str(cfg.run_dir or default_run_dir(cfg.task))))
         resume_path, skipped = None, []
         if cfg.resume:
             # Rank 0 picks the checkpoint; every rank loads that one.
@@ -133,7 +132,7 @@ def run_training(cfg: TrainConfig) -> dict:
                     choice = ("ok", str(p) if p else None)
                 except ckpt.CheckpointError as e:
                     choice = ("error", str(e))
-            kind, value = bootstrap.broadcast_object(choice)
+            kind, value = strategy.broadcast_object(choice)
             if kind == "error":
                 raise ckpt.CheckpointError(None, value)
             resume_path = Path(value) if value else None
@@ -147,12 +146,12 @@ def run_training(cfg: TrainConfig) -> dict:
             progress=cfg.progress,
             enabled=ctx.is_main,
         ) as tel:
-            runner = OnPolicyRunner(cfg, ctx, env, tel, run_dir)
-            if ctx.is_main:
-                tel.message(
-                    f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {env.num_envs} envs "
-                    f"on {ctx.device} ({ctx.backend or 'single process'}) | run dir {run_dir}"
-                )
+            runner = OnPolicyRunner(cfg, strategy, env, tel, run_dir)
+            tel.message(
+                f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {env.num_envs} envs "
+                f"on {ctx.device} ({ctx.backend or 'single process'}, strategy "
+                f"{strategy.name}) | run dir {run_dir}"
+            )
             for path, reason in skipped:
                 tel.message(f"resume: skipped {path}: {reason}")
             if resume_path is not None:
@@ -162,6 +161,16 @@ def run_training(cfg: TrainConfig) -> dict:
                     tel.message(f"resume: changed {note}")
             elif cfg.resume:
                 tel.message("resume: no checkpoint yet in this run directory; starting fresh")
+            if runner.iteration >= cfg.agent.max_iterations:
+                tel.message(
+                    f"resume: the checkpoint is already at iteration {runner.iteration}, and "
+                    f"--agent.max-iterations is {cfg.agent.max_iterations}: nothing to train. "
+                    f"Raise --agent.max-iterations to train further."
+                )
+                tel.close()
+                env.close()
+                clean = True
+                return {"iteration": runner.iteration, "env_steps": runner.env_steps}
             tel.start_iteration = runner.iteration
             final = runner.learn()
             tel.summary({**final, "run_dir": str(run_dir)})

@@ -1,4 +1,4 @@
-"""PPO.update on a hand-built rollout: flat gradient buffer, reducer averaging, NaN skips,
+"""PPO.update on a hand-built rollout: flat gradient buffer, combined gradients, NaN skips,
 target-KL early stop and the adaptive learning rate."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from distrl.algorithms.ppo import PPO, LocalReducer, NonFiniteError
+from distrl.algorithms.ppo import PPO, LocalStep, NonFiniteError
 from distrl.config import AgentConfig, PolicyConfig
 from distrl.envs.core import ActionSpace
 from distrl.policy.actor_critic import ActorCritic
@@ -58,17 +58,39 @@ def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-class DoublingReducer:
-    """world_size=2 with identical data on both ranks: the sum is the tensor plus itself."""
-
-    world_size = 2
+class Doubling:
+    """Two ranks with identical data: every sum over ranks is the tensor plus itself."""
 
     def __init__(self) -> None:
         self.calls = 0
 
-    def allreduce_sum_(self, tensor: torch.Tensor) -> None:
+    def combine(self, tensor: torch.Tensor) -> None:
         self.calls += 1
         tensor.add_(tensor)
+
+    def step(self, learner: PPO, flat: torch.Tensor):
+        self.combine(flat)
+        flat.div_(2)
+        return LocalStep().step(learner, flat)
+
+
+def update(
+    ppo: PPO,
+    buf: RolloutBuffer,
+    g: torch.Generator,
+    dist: Doubling | None = None,
+    blocks: int = 1,
+) -> dict:
+    """What a rank does around ``PPO.update``: global batch statistics, then the update with
+    this rank's shuffle (``blocks`` > 1: one process standing in for several ranks)."""
+    sums = PPO.batch_sums(buf)
+    if dist is not None:
+        dist.combine(sums)
+
+    def shuffle() -> list[torch.Tensor]:
+        return minibatch_indices(buf.num_steps, buf.num_envs, ppo.cfg.num_minibatches, g, blocks)
+
+    return ppo.update(buf, PPO.batch_stats(sums), shuffle, dist)
 
 
 def assert_grads_are_views(ppo: PPO) -> None:
@@ -96,7 +118,7 @@ def test_grads_are_views_into_flat_buffer() -> None:
     g = gen()
     before = params(pol)
     for _ in range(3):
-        m = ppo.update(buf, g)
+        m = update(ppo, buf, g)
         assert m["train/updates"] == 4 and m["train/skipped_updates"] == 0
         assert m["train/early_stop"] == 0.0
         assert_grads_are_views(ppo)
@@ -123,32 +145,32 @@ def test_backward_writes_into_flat() -> None:
 def test_grad_norm_clipping_acts_on_views() -> None:
     cfg = dataclasses.replace(BASE, max_grad_norm=1e-3)
     ppo = PPO(policy(), cfg)
-    ppo.update(make_buffer(), gen())
+    update(ppo, make_buffer(), gen())
     total = torch.cat([p.grad.reshape(-1) for p in ppo.params]).norm()
     assert float(total) <= 1e-3 * (1 + 1e-5)
     assert float(total) > 0.0
 
 
-def test_doubling_reducer_equals_local_without_adv_norm() -> None:
+def test_doubling_equals_local_without_adv_norm() -> None:
     # Identical data on two ranks: sum then divide by 2 gives back each rank's gradient exactly
     # (x + x and / 2 are exact), so the parameters are bit-identical. With norm_adv=False the
     # global advantage statistics play no role (the unbiased std depends on the global count).
     cfg = dataclasses.replace(BASE, norm_adv=False)
     pa, pb = policy(), policy()
     buf = make_buffer()
-    local = PPO(pa, cfg, LocalReducer())
-    red = DoublingReducer()
-    dbl = PPO(pb, cfg, red)
+    local = PPO(pa, cfg)
+    red = Doubling()
+    dbl = PPO(pb, cfg)
     ga, gb = gen(5), gen(5)
     for _ in range(2):
-        ma = local.update(buf, ga)
-        mb = dbl.update(buf, gb)
+        ma = update(local, buf, ga)
+        mb = update(dbl, buf, gb, red)
         assert ma == mb
     assert same(params(pa), params(pb))
     assert red.calls == 2 * (1 + 4)  # one for the global stats + one per minibatch, per update
 
 
-def test_doubling_reducer_equals_local_on_duplicated_envs() -> None:
+def test_doubling_equals_local_on_duplicated_envs() -> None:
     # With advantage normalization, two ranks holding the same N envs form the same global batch
     # as one process holding both copies (2N envs) and shuffling with blocks=2.
     cfg = BASE
@@ -157,12 +179,13 @@ def test_doubling_reducer_equals_local_on_duplicated_envs() -> None:
     dup = RolloutBuffer(T, 2 * N, OBS_DIM, (), True, CPU)
     for name in ("obs", "actions", "logprobs", "values", "advantages", "returns"):
         getattr(dup, name).copy_(torch.cat([getattr(buf, name)] * 2, dim=1))
-    one = PPO(pa, cfg, LocalReducer())
-    two = PPO(pb, cfg, DoublingReducer())
+    one = PPO(pa, cfg)
+    two = PPO(pb, cfg)
+    dbl = Doubling()
     ga, gb = gen(9), gen(9)
     for _ in range(2):
-        ma = one.update(dup, ga, blocks=2)
-        mb = two.update(buf, gb)
+        ma = update(one, dup, ga, blocks=2)
+        mb = update(two, buf, gb, dbl)
         assert ma.keys() == mb.keys()
         for k in ma:
             assert ma[k] == pytest.approx(mb[k], rel=1e-5, abs=1e-7), k
@@ -178,7 +201,7 @@ def test_nan_advantage_skips_only_its_minibatch() -> None:
     buf = make_buffer()
     buf.advantages[2, 3] = float("nan")
     before = params(pol)
-    m = ppo.update(buf, gen())
+    m = update(ppo, buf, gen())
     assert m["train/skipped_updates"] == 2  # num_epochs
     assert m["train/updates"] == 2
     assert ppo.skipped_total == 2
@@ -198,7 +221,7 @@ def test_nan_everywhere_skips_all_and_keeps_parameters(field: str) -> None:
     else:
         getattr(buf, field).fill_(float("nan"))
     before = params(pol)
-    m = ppo.update(buf, gen())
+    m = update(ppo, buf, gen())
     assert m["train/skipped_updates"] == 4
     assert m["train/updates"] == 0
     assert ppo.consecutive_skips == 4 and ppo.skipped_total == 4
@@ -215,7 +238,7 @@ def test_max_consecutive_skips_raises() -> None:
     buf.advantages[0, 0] = float("nan")
     before = params(pol)
     with pytest.raises(NonFiniteError, match="3 consecutive"):
-        ppo.update(buf, gen())
+        update(ppo, buf, gen())
     assert ppo.consecutive_skips == 3
     assert same(before, params(pol))
 
@@ -226,13 +249,13 @@ def test_consecutive_skips_span_updates_and_reset_on_success() -> None:
     bad, good = make_buffer(), make_buffer(seed=2)
     bad.advantages[0, 0] = float("nan")
     g = gen()
-    ppo.update(bad, g)  # 4 consecutive skips
-    ppo.update(good, g)  # resets the streak
+    update(ppo, bad, g)  # 4 consecutive skips
+    update(ppo, good, g)  # resets the streak
     assert ppo.consecutive_skips == 0
-    ppo.update(bad, g)  # 4 again: below 6
+    update(ppo, bad, g)  # 4 again: below 6
     assert ppo.consecutive_skips == 4 and ppo.skipped_total == 8
     with pytest.raises(NonFiniteError):
-        ppo.update(bad, g)  # 5, 6 -> raises
+        update(ppo, bad, g)  # 5, 6 -> raises
 
 
 def test_target_kl_stops_before_the_crossing_step() -> None:
@@ -242,7 +265,7 @@ def test_target_kl_stops_before_the_crossing_step() -> None:
     pol = policy()
     ppo = PPO(pol, cfg)
     before = params(pol)
-    m = ppo.update(make_buffer(), gen())
+    m = update(ppo, make_buffer(), gen())
     assert m["train/early_stop"] == 1.0
     assert m["train/updates"] == 0
     assert m["train/skipped_updates"] == 0
@@ -263,7 +286,7 @@ def test_target_kl_takes_steps_until_crossing() -> None:
         lp, _, _ = pol.evaluate(flat.obs[first], flat.actions[first])
     flat.logprobs[first] = lp
     before = params(pol)
-    m = ppo.update(buf, gen(4))
+    m = update(ppo, buf, gen(4))
     assert m["train/early_stop"] == 1.0
     assert m["train/updates"] == 1
     assert m["approx_kl"] == 0.0  # the mean over taken steps: just the first, KL exactly 0
@@ -271,7 +294,7 @@ def test_target_kl_takes_steps_until_crossing() -> None:
 
 
 def test_no_early_stop_without_target_kl() -> None:
-    m = PPO(policy(), BASE).update(make_buffer(), gen())
+    m = update(PPO(policy(), BASE), make_buffer(), gen())
     assert m["train/early_stop"] == 0.0 and m["train/updates"] == 4
     assert m["approx_kl"] > 0.0
 
@@ -284,7 +307,7 @@ def test_adaptive_lr_moves_per_minibatch() -> None:
     ppo = PPO(pol, cfg)
     buf = make_buffer(pol)
     buf.logprobs.add_(1.0)
-    m = ppo.update(buf, gen())
+    m = update(ppo, buf, gen())
     assert m["train/updates"] == 4
     assert m["lr"] == pytest.approx(1e-3 / 1.5**4)
     assert ppo.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 / 1.5**4)
@@ -293,7 +316,7 @@ def test_adaptive_lr_moves_per_minibatch() -> None:
 
 def test_constant_lr_unchanged_and_linear_schedule() -> None:
     ppo = PPO(policy(), BASE)
-    m = ppo.update(make_buffer(), gen())
+    m = update(ppo, make_buffer(), gen())
     assert m["lr"] == 1e-3
     lin = PPO(policy(), dataclasses.replace(BASE, lr_schedule="linear", max_iterations=100))
     lin.schedule_lr(25)
@@ -308,7 +331,7 @@ def test_ratio_one_first_step_metrics() -> None:
     # sees ratio 1: approx_kl 0, clipfrac 0, and loss/policy = -mean(normalized A) = 0.
     cfg = dataclasses.replace(BASE, num_epochs=1, num_minibatches=1)
     pol = policy()
-    m = PPO(pol, cfg).update(make_buffer(pol), gen())
+    m = update(PPO(pol, cfg), make_buffer(pol), gen())
     assert m["train/updates"] == 1
     assert m["approx_kl"] == 0.0 and m["clipfrac"] == 0.0
     assert abs(m["loss/policy"]) < 1e-6
@@ -318,15 +341,15 @@ def test_explained_variance() -> None:
     # returns = values exactly -> err = 0 -> EV = 1 ; returns constant -> var_r = 0 -> NaN
     buf = make_buffer()
     buf.returns.copy_(buf.values)
-    assert PPO(policy(), BASE).update(buf, gen())["explained_variance"] == pytest.approx(1.0)
+    assert update(PPO(policy(), BASE), buf, gen())["explained_variance"] == pytest.approx(1.0)
     buf.returns.fill_(3.0)
-    ev = PPO(policy(), BASE).update(buf, gen())["explained_variance"]
+    ev = update(PPO(policy(), BASE), buf, gen())["explained_variance"]
     assert ev != ev  # NaN
 
 
 def test_state_dict_roundtrip() -> None:
     ppo = PPO(policy(), BASE)
-    ppo.update(make_buffer(), gen())
+    update(ppo, make_buffer(), gen())
     ppo.set_lr(3e-4)
     ppo.skipped_total = 7
     other = PPO(policy(), BASE)

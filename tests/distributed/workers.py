@@ -53,9 +53,13 @@ def equivalence(rank: int, world: int, total_envs: int, iterations: int, agent: 
     world == 1 stands for the single process holding every env (minibatches formed with
     blocks = 2 so they equal the union of the two ranks' minibatches).
     """
+    import functools
+
     from distrl.distributed import context
+    from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import make_env
     from distrl.runner.on_policy import OnPolicyRunner
+    from distrl.storage.rollout import minibatch_indices
 
     ranks_in_layout = 2
     n_local = total_envs // world
@@ -63,19 +67,28 @@ def equivalence(rank: int, world: int, total_envs: int, iterations: int, agent: 
     ctx = context.init(cfg)
     try:
         env = make_env(cfg, ctx.device)
-        runner = OnPolicyRunner(cfg, ctx, env)
-        if world == 1:
-            runner.shuffle_blocks = ranks_in_layout
+        strategy = make_strategy(cfg, ctx)
+        runner = OnPolicyRunner(cfg, strategy, env)
+        learner = runner.learner
+        if world == 1:  # one process forms the global minibatches of two ranks (blocks=2)
+            a = cfg.agent
+            learner.shuffle = functools.partial(
+                minibatch_indices,
+                a.num_steps,
+                n_local,
+                a.num_minibatches,
+                learner.shuffle_gen,
+                ranks_in_layout,
+            )
         local_kls: list[float] = []
         n_grad = runner.ppo.num_grad
-        inner = runner.strategy.allreduce_sum_
+        inner = strategy.step
 
-        def spy(t: torch.Tensor) -> None:  # record each rank's own KL before agreement
-            if t.numel() == n_grad + 6:
-                local_kls.append(float(t[n_grad]))
-            inner(t)
+        def spy(learner, flat: torch.Tensor):  # record each rank's own KL before agreement
+            local_kls.append(float(flat[n_grad]))
+            return inner(learner, flat)
 
-        runner.ppo.reducer.allreduce_sum_ = spy
+        strategy.step = spy
         T = cfg.agent.num_steps
         sl = slice(rank * n_local, (rank + 1) * n_local)
         updates = []
@@ -98,7 +111,7 @@ def equivalence(rank: int, world: int, total_envs: int, iterations: int, agent: 
                         T, n_local
                     )
                 )
-                runner.obs = d["next_obs"][sl].clone()
+                runner.collector.obs = d["next_obs"][sl].clone()
             m = runner.learn_step()
             updates.append({k: m[k] for k in ("train/updates", "train/early_stop", "lr")})
         params = torch.cat([p.detach().reshape(-1) for p in runner.policy.parameters()])
@@ -131,6 +144,7 @@ def train_run(rank: int, world: int, overrides: dict) -> dict:
 def learn_params(rank: int, world: int, iterations: int) -> dict:
     """OnPolicyRunner.learn() for a few real iterations; every rank returns its full state."""
     from distrl.distributed import context
+    from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import make_env
     from distrl.runner.on_policy import OnPolicyRunner
 
@@ -138,7 +152,7 @@ def learn_params(rank: int, world: int, iterations: int) -> dict:
     ctx = context.init(cfg)
     try:
         env = make_env(cfg, ctx.device)
-        runner = OnPolicyRunner(cfg, ctx, env)
+        runner = OnPolicyRunner(cfg, make_strategy(cfg, ctx), env)
         final = runner.learn()  # ends with strategy.verify_replicas
         policy = runner.policy
         opt = [
@@ -154,7 +168,7 @@ def learn_params(rank: int, world: int, iterations: int) -> dict:
             "buffers": torch.cat([b.detach().reshape(-1).double() for b in policy.buffers()]),
             "optimizer": torch.cat(opt),
             "lr": runner.ppo.lr,
-            "obs": runner.obs.clone(),  # rank-local: different seeds, different envs
+            "obs": runner.collector.obs.clone(),  # rank-local: different seeds, different envs
         }
     finally:
         context.shutdown()
@@ -179,18 +193,17 @@ def train_with_fault(
 
     from distrl.cli import run_training
     from distrl.config import DistConfig
-    from distrl.runner.on_policy import OnPolicyRunner
+    from distrl.runner.hooks import HOOKS, Hooks
 
-    inner = OnPolicyRunner.learn_step
     entered: dict[int, float] = {}
 
-    def learn_step(self):
-        entered[self.iteration] = time.monotonic()
-        if self.ctx.rank == 1 and self.iteration == at_iteration:
-            os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
-        return inner(self)
+    class Fault(Hooks):
+        def before_update(self, runner) -> None:
+            entered[runner.iteration] = time.monotonic()
+            if runner.strategy.rank == 1 and runner.iteration == at_iteration:
+                os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
 
-    OnPolicyRunner.learn_step = learn_step
+    HOOKS.append(Fault())
     cfg = small_config(16, distributed=True, max_iterations=1000)
     cfg = dataclasses.replace(cfg, run_dir=run_dir, dist=DistConfig(timeout=timeout))
     try:

@@ -109,26 +109,28 @@ def poisoned_rewards(
     rank's per-iteration skip counts and parameters, and what stopped training."""
     from distrl.algorithms.ppo import NonFiniteError
     from distrl.cli import run_training
-    from distrl.runner.on_policy import OnPolicyRunner
+    from distrl.runner.hooks import HOOKS, Hooks
 
     history: list[dict] = []
-    inner = OnPolicyRunner.learn_step
 
-    def learn_step(self):
-        if rank == 1 and self.iteration in poison:
-            self.buffer.rewards.fill_(float("nan"))
-        m = inner(self)
-        history.append(
-            {
-                "iteration": self.iteration,
-                "skipped": m["train/skipped_updates"],
-                "skipped_total": self.ppo.skipped_total,
-                "params": torch.cat([p.detach().reshape(-1) for p in self.policy.parameters()]),
-            }
-        )
-        return m
+    class Poison(Hooks):
+        def before_update(self, runner) -> None:
+            if rank == 1 and runner.iteration in poison:
+                runner.buffer.rewards.fill_(float("nan"))
 
-    OnPolicyRunner.learn_step = learn_step
+        def after_update(self, runner, m) -> None:
+            history.append(
+                {
+                    "iteration": runner.iteration,
+                    "skipped": m["train/skipped_updates"],
+                    "skipped_total": runner.ppo.skipped_total,
+                    "params": torch.cat(
+                        [p.detach().reshape(-1) for p in runner.policy.parameters()]
+                    ),
+                }
+            )
+
+    HOOKS.append(Poison())
     cfg = tiny_config(
         "cartpole",
         run_dir,

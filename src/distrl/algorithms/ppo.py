@@ -1,44 +1,70 @@
 """PPO-Clip (Schulman et al. 2017, "Proximal Policy Optimization Algorithms").
 
-The loss is a pure function. The update is pure tensor code too: how gradients are combined
-across processes is injected as a ``Reducer`` (sum in place over ranks), so this module never
-imports the distributed package and a single process simply uses the identity reducer.
+Pure tensor code: the loss, the per-minibatch gradient, the decisions taken from it and the
+optimizer step. How one minibatch's gradient is combined across processes is injected as a
+``GradientStep`` (a strategy, see ``distrl.distributed.base``); one process uses ``LocalStep``.
 
 Per minibatch the gradients of every parameter live in one flat buffer (``p.grad`` are views into
-it, so backward writes there directly). A few scalars ride in the same buffer, so a single
-all-reduce carries everything a decision depends on:
+it, so backward writes there directly). The scalars that decisions depend on ride at its tail, so
+whatever combines the gradients combines them too, in the same message:
 
-    [ grads ... | approx_kl, nonfinite, pg_loss, v_loss, entropy, clipfrac ]
+    [ grads ... | approx_kl, pg_loss, v_loss, entropy, clipfrac, nonfinite ]
 
-Every rank then sees identical averaged numbers and takes identical decisions: skip the step if
-any rank saw a non-finite value, stop early on the global KL, adapt the LR from the global KL.
+``PPO.decide`` reads the combined tail once (one host sync) and says what to do: skip the step if
+any rank saw a non-finite value, stop the epochs on the target KL, otherwise adapt the LR from
+the KL and step. Identical combined numbers give identical decisions on every rank.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import torch
 from torch import nn
 
 from distrl.config import AgentConfig
-from distrl.storage.rollout import RolloutBuffer, minibatch_indices
+from distrl.storage.rollout import Batch, RolloutBuffer
 
 
-class Reducer(Protocol):
-    """Sums a tensor in place over all processes (identity for one process)."""
+@dataclass(frozen=True)
+class Decision:
+    """What one minibatch's combined gradient led to."""
 
-    world_size: int
+    action: Literal["step", "skip", "stop"]
+    stats: tuple[float, ...] = ()
+    """(approx_kl, pg_loss, v_loss, entropy, clipfrac) of a step taken; empty otherwise."""
 
-    def allreduce_sum_(self, tensor: torch.Tensor) -> None: ...
+
+class GradientLearner(Protocol):
+    """What a strategy needs from the algorithm to combine, decide and step."""
+
+    num_grad: int
+    flat: torch.Tensor
+    """[num_grad + scalars]: this minibatch's gradients and decision scalars."""
+    optimizer: torch.optim.Optimizer
+
+    def decide(self, flat: torch.Tensor) -> Decision: ...
+
+    def apply(self) -> None: ...
 
 
-class LocalReducer:
-    world_size = 1
+class GradientStep(Protocol):
+    """Turns one minibatch's local ``flat`` into new parameters (a strategy implements it)."""
 
-    def allreduce_sum_(self, tensor: torch.Tensor) -> None:
-        return None
+    def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision: ...
+
+
+class LocalStep:
+    """One process: the local gradient is the combined gradient."""
+
+    def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision:
+        decision = learner.decide(flat)
+        if decision.action == "step":
+            learner.apply()
+        return decision
 
 
 class NonFiniteError(RuntimeError):
@@ -101,9 +127,8 @@ _SCALARS = ("approx_kl", "pg_loss", "v_loss", "entropy", "clipfrac", "nonfinite"
 class PPO:
     """Owns the optimizer, the flat gradient buffer and the learning-rate state."""
 
-    def __init__(self, policy: nn.Module, cfg: AgentConfig, reducer: Reducer | None = None):
+    def __init__(self, policy: nn.Module, cfg: AgentConfig):
         self.policy, self.cfg = policy, cfg
-        self.reducer = reducer or LocalReducer()
         self.params = [p for p in policy.parameters() if p.requires_grad]  # fixed order
         n = sum(p.numel() for p in self.params)
         self.num_grad = n
@@ -148,17 +173,15 @@ class PPO:
         self.set_lr(float(state["lr"]))
         self.skipped_total = int(state["skipped_total"])
 
-    # ---- global batch statistics --------------------------------------------------------
-    def _global_stats(
-        self, buf: RolloutBuffer, extra: torch.Tensor | None = None
-    ) -> dict[str, float]:
-        """Advantage mean/std and explained variance over the whole global batch: one
-        all-reduce of power sums. ``extra`` (float64) rides in the same all-reduce and is
-        summed in place, so the caller's per-iteration statistics cost no collective of their
-        own."""
+    # ---- batch statistics -----------------------------------------------------------------
+    @staticmethod
+    def batch_sums(buf: RolloutBuffer) -> torch.Tensor:
+        """Power sums of this rank's rollout, float64 [7]: (count, sum A, sum A^2, sum R,
+        sum R^2, sum (R - V), sum (R - V)^2). Summed over ranks they give the global batch's
+        advantage mean/std and explained variance (``batch_stats``)."""
         adv, ret, val = buf.advantages, buf.returns, buf.values
         err = ret - val
-        sums = torch.stack(
+        return torch.stack(
             [
                 torch.tensor(float(adv.numel()), device=adv.device),
                 adv.sum(),
@@ -169,98 +192,107 @@ class PPO:
                 (err * err).sum(),
             ]
         ).double()
-        if extra is not None:
-            sums = torch.cat([sums, extra.reshape(-1)])
-        self.reducer.allreduce_sum_(sums)
-        if extra is not None:
-            extra.copy_(sums[7:].view_as(extra))
-        n, sa, saa, sr, srr, se, see = sums[:7].tolist()
+
+    @staticmethod
+    def batch_stats(sums: torch.Tensor) -> dict[str, float]:
+        """Advantage mean/std (unbiased, like torch.std) and explained variance from the power
+        sums of ``batch_sums``, added up over every rank that learns."""
+        n, sa, saa, sr, srr, se, see = sums.tolist()
         mean = sa / n
-        var = max(saa / n - mean * mean, 0.0) * n / max(n - 1.0, 1.0)  # unbiased, like torch.std
+        var = max(saa / n - mean * mean, 0.0) * n / max(n - 1.0, 1.0)
         var_r = srr / n - (sr / n) ** 2
         var_e = see / n - (se / n) ** 2
         ev = float("nan") if var_r <= 0 else 1.0 - var_e / var_r
         return {"adv_mean": mean, "adv_std": math.sqrt(var), "explained_variance": ev}
 
+    # ---- one minibatch -------------------------------------------------------------------
+    def gradient(self, mb: Batch) -> torch.Tensor:
+        """Loss and backward for one minibatch; returns ``flat`` = [grads | scalars]."""
+        cfg, n = self.cfg, self.num_grad
+        new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
+        loss, parts = ppo_loss(
+            new_logp,
+            mb.logprobs,
+            mb.advantages,
+            new_values,
+            mb.values,
+            mb.returns,
+            entropy,
+            cfg.clip_coef,
+            cfg.clip_vloss,
+            cfg.vf_coef,
+            cfg.ent_coef,
+        )
+        self.flat.zero_()
+        loss.backward()
+        scalars = self.flat[n:]
+        scalars[:5] = torch.stack([parts[k] for k in _SCALARS[:5]])
+        scalars[5] = torch.logical_not(torch.isfinite(self.flat[:n]).all() & torch.isfinite(loss))
+        return self.flat
+
+    def decide(self, flat: torch.Tensor) -> Decision:
+        """What to do with a combined ``flat``: skip on a non-finite flag, stop on the target
+        KL (SB3's rule: the step that crossed it is not taken), else adapt the LR and step."""
+        cfg = self.cfg
+        kl, pg, vl, ent, cf, nonfinite = flat[self.num_grad :].tolist()  # one host sync
+        if nonfinite > 0:  # a sum over ranks: every rank that sees it skips together
+            self.skipped_total += 1
+            self.consecutive_skips += 1
+            if self.consecutive_skips >= cfg.max_consecutive_skips:
+                raise NonFiniteError(
+                    f"{self.consecutive_skips} consecutive updates skipped for NaN/Inf "
+                    f"loss or gradients (limit --agent.max-consecutive-skips="
+                    f"{cfg.max_consecutive_skips}); lower the learning rate or check "
+                    f"the environment's rewards"
+                )
+            return Decision("skip")
+        self.consecutive_skips = 0
+        if cfg.target_kl is not None and kl > cfg.target_kl:
+            return Decision("stop")
+        if cfg.lr_schedule == "adaptive":
+            self.set_lr(adapt_lr(self.lr, kl, cfg))
+        return Decision("step", (kl, pg, vl, ent, cf))
+
+    def apply(self) -> None:
+        """Clip the combined gradient's global norm and take the optimizer step."""
+        g = self.flat[: self.num_grad]
+        norm = g.norm()
+        g.mul_((self.cfg.max_grad_norm / (norm + 1e-6)).clamp_max(1.0))
+        self.optimizer.step()
+
     # ---- the update ----------------------------------------------------------------------
     def update(
         self,
         buf: RolloutBuffer,
-        generator: torch.Generator,
-        blocks: int = 1,
-        extra: torch.Tensor | None = None,
+        stats: dict[str, float],
+        shuffle: Callable[[], list[torch.Tensor]],
+        stepper: GradientStep | None = None,
     ) -> dict[str, float]:
-        """One PPO update on the rollout; ``extra`` is summed over ranks on the way (see
-        ``_global_stats``)."""
-        cfg, W = self.cfg, self.reducer.world_size
-        stats = self._global_stats(buf, extra)
+        """One PPO update on the rollout.
+
+        ``stats``: the global batch statistics (``batch_stats``); advantages are normalized with
+        the whole global batch's mean/std when ``norm_adv``. ``shuffle()``: one epoch's
+        minibatch indices into the flat [T*N] batch. ``stepper``: how each minibatch's gradient
+        becomes new parameters (``LocalStep`` for one process)."""
+        cfg, stepper = self.cfg, stepper or LocalStep()
         data = buf.flat()
         if cfg.norm_adv:
             data.advantages = (data.advantages - stats["adv_mean"]) / (stats["adv_std"] + 1e-8)
-        n = self.num_grad
-        sums = dict.fromkeys(("pg_loss", "v_loss", "entropy", "clipfrac", "approx_kl"), 0.0)
+        sums = dict.fromkeys(_SCALARS[:5], 0.0)
         steps = skipped = 0
         stopped_early = False
         for _epoch in range(cfg.num_epochs):
-            for idx in minibatch_indices(
-                buf.num_steps, buf.num_envs, cfg.num_minibatches, generator, blocks
-            ):
+            for idx in shuffle():
                 mb = data.index(idx.to(self.flat.device, non_blocking=True))
-                new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
-                loss, parts = ppo_loss(
-                    new_logp,
-                    mb.logprobs,
-                    mb.advantages,
-                    new_values,
-                    mb.values,
-                    mb.returns,
-                    entropy,
-                    cfg.clip_coef,
-                    cfg.clip_vloss,
-                    cfg.vf_coef,
-                    cfg.ent_coef,
-                )
-                self.flat.zero_()
-                loss.backward()
-                scalars = self.flat[n:]
-                scalars[:5] = torch.stack([parts[k] for k in _SCALARS[:5]])
-                scalars[5] = torch.logical_not(
-                    torch.isfinite(self.flat[:n]).all() & torch.isfinite(loss)
-                )
-                self.reducer.allreduce_sum_(self.flat)  # the one collective per minibatch
-                if W > 1:
-                    self.flat.div_(W)
-                kl, pg, vl, ent, cf, nonfinite = scalars.tolist()  # one host sync
-                if nonfinite > 0:  # every rank sees the same sum: all skip together
+                decision = stepper.step(self, self.gradient(mb))
+                if decision.action == "skip":
                     skipped += 1
-                    self.skipped_total += 1
-                    self.consecutive_skips += 1
-                    if self.consecutive_skips >= cfg.max_consecutive_skips:
-                        raise NonFiniteError(
-                            f"{self.consecutive_skips} consecutive updates skipped for NaN/Inf "
-                            f"loss or gradients (limit --agent.max-consecutive-skips="
-                            f"{cfg.max_consecutive_skips}); lower the learning rate or check "
-                            f"the environment's rewards"
-                        )
                     continue
-                self.consecutive_skips = 0
-                if cfg.target_kl is not None and kl > cfg.target_kl:
-                    stopped_early = True  # SB3 rule: do not take the step that crossed it
+                if decision.action == "stop":
+                    stopped_early = True
                     break
-                if cfg.lr_schedule == "adaptive":
-                    self.set_lr(adapt_lr(self.lr, kl, cfg))
-                g = self.flat[:n]
-                norm = g.norm()
-                g.mul_((cfg.max_grad_norm / (norm + 1e-6)).clamp_max(1.0))
-                self.optimizer.step()
                 steps += 1
-                for k, v in (
-                    ("approx_kl", kl),
-                    ("pg_loss", pg),
-                    ("v_loss", vl),
-                    ("entropy", ent),
-                    ("clipfrac", cf),
-                ):
+                for k, v in zip(_SCALARS[:5], decision.stats, strict=True):
                     sums[k] += v
             if stopped_early:
                 break

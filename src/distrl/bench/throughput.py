@@ -23,6 +23,7 @@ def measure(
 ) -> dict:
     from distrl.config import AgentConfig, EnvConfig, validate
     from distrl.distributed import context
+    from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import get_task, make_env
     from distrl.runner.on_policy import OnPolicyRunner
 
@@ -47,7 +48,7 @@ def measure(
     validate(cfg)
     ctx = context.init(cfg)
     env = make_env(cfg, ctx.device)
-    runner = OnPolicyRunner(cfg, ctx, env)
+    runner = OnPolicyRunner(cfg, make_strategy(cfg, ctx), env)
     steps_per_it = num_envs * num_steps
     runner.rollout()  # warm-up (allocator, first-call overheads)
     if case == "e2e":

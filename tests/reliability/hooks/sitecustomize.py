@@ -14,22 +14,21 @@ _AT = os.environ.get("DISTRL_TEST_KILL_AT_ITERATION")
 if _AT is not None and "LOCAL_RANK" in os.environ:  # a torchrun worker, not the agent
     import signal
 
-    from distrl.runner.on_policy import OnPolicyRunner
+    from distrl.runner.hooks import HOOKS, Hooks
 
-    _inner = OnPolicyRunner.learn_step
     _rank = int(os.environ.get("DISTRL_TEST_KILL_RANK", "1"))
     _marker = os.environ["DISTRL_TEST_KILL_MARKER"]
 
-    def _learn_step(self):
-        if self.ctx.rank == _rank and self.iteration == int(_AT):
+    class _KillOnce(Hooks):
+        def before_update(self, runner) -> None:
+            if runner.strategy.rank != _rank or runner.iteration != int(_AT):
+                return
             try:
                 fd = os.open(_marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
-                pass  # died once already: this is the restarted worker
-            else:
-                os.write(fd, f"rank {_rank} killed at iteration {_AT}\n".encode())
-                os.close(fd)
-                os.kill(os.getpid(), signal.SIGKILL)
-        return _inner(self)
+                return  # died once already: this is the restarted worker
+            os.write(fd, f"rank {_rank} killed at iteration {_AT}\n".encode())
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGKILL)
 
-    OnPolicyRunner.learn_step = _learn_step
+    HOOKS.append(_KillOnce())

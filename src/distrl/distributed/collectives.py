@@ -1,0 +1,144 @@
+"""Collectives with their time accounted and their failures named.
+
+Every strategy reaches ``torch.distributed`` through ``Collectives._timed``: the call is fenced
+(CUDA work is asynchronous), timed into ``comm``, optionally preceded by a barrier whose wait is
+timed into ``sync`` (``--dist.profile-sync``), and a backend error (a peer died, stalled past
+``--dist.timeout`` or dropped its connection) becomes a ``PeerFailure`` naming the silent rank.
+With one process every method is the identity.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from distrl.distributed.base import Agreed
+from distrl.distributed.context import DistContext, heartbeat, peer_failure
+
+
+class Collectives:
+    def __init__(self, ctx: DistContext, profile_sync: bool = False, timeout: float = 120.0):
+        self.ctx = ctx
+        self.timeout = timeout
+        self.world_size = ctx.world_size
+        self.rank = ctx.rank
+        self.is_main = ctx.is_main
+        self.active = ctx.distributed and ctx.world_size > 1
+        self.profile_sync = profile_sync and self.active
+        self._cuda = ctx.device.type == "cuda"
+        self.comm_time = 0.0
+        self.sync_time = 0.0
+
+    # ---- timing ---------------------------------------------------------------------------
+    @property
+    def measures_sync(self) -> bool:
+        return self.profile_sync or not self.active
+
+    def _fence(self) -> None:
+        if self._cuda:  # NCCL is asynchronous: fence so time lands where it was spent
+            torch.cuda.synchronize(self.ctx.device)
+
+    def _timed(self, fn: Callable[..., Any], *args: Any, sync: bool = True, **kwargs: Any) -> Any:
+        """Run one collective; ``sync=False`` skips the profiling barrier (object collectives
+        and barriers themselves, which are not on the per-minibatch path)."""
+        try:
+            if sync and self.profile_sync:
+                self._fence()
+                t0 = time.perf_counter()
+                dist.barrier()
+                self.sync_time += time.perf_counter() - t0
+            self._fence()
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            self._fence()
+        except RuntimeError as e:  # Gloo/NCCL: a peer died, stalled or dropped its connection
+            raise peer_failure(self.ctx, self.timeout, e) from e
+        self.comm_time += time.perf_counter() - t0
+        return out
+
+    def take_times(self) -> tuple[float, float]:
+        """(comm, sync) seconds since the last call."""
+        out = (self.comm_time, self.sync_time)
+        self.comm_time = self.sync_time = 0.0
+        return out
+
+    def heartbeat(self, iteration: int) -> None:
+        if self.active:
+            heartbeat(self.ctx, iteration)
+
+    # ---- tensors --------------------------------------------------------------------------
+    def allreduce_sum_(self, tensor: torch.Tensor) -> None:
+        if self.active:
+            self._timed(dist.all_reduce, tensor, op=dist.ReduceOp.SUM)
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """[W, *tensor.shape]; the ranks' tensors must have equal shapes."""
+        if not self.active:
+            return tensor.unsqueeze(0)
+        flat = tensor.reshape(-1).contiguous()
+        out = torch.empty(self.world_size * flat.numel(), dtype=tensor.dtype, device=tensor.device)
+        self._timed(dist.all_gather_single, out, flat)
+        return out.view(self.world_size, *tensor.shape)
+
+    def reduce_stats(
+        self, sums: dict[str, torch.Tensor], gather: dict[str, torch.Tensor] | None = None
+    ) -> Agreed:
+        """Every rank's named tensors, packed into one float64 row and all-gathered in one
+        collective; ``sums`` are then added up over ranks (in rank order, so every rank computes
+        bit-identical totals) and ``gather`` kept per rank."""
+        gather = gather or {}
+        named = [*sums.items(), *gather.items()]
+        row = torch.cat([t.detach().reshape(-1).to(torch.float64) for _, t in named])
+        rows = self.all_gather(row)
+        total = rows[0].clone()
+        for r in range(1, rows.shape[0]):
+            total += rows[r]
+        out, offset = Agreed(), 0
+        for name, t in named:
+            n = t.numel()
+            if name in sums:
+                out.sums[name] = total[offset : offset + n].view(t.shape)
+            else:
+                out.gathered[name] = rows[:, offset : offset + n].reshape(-1, *t.shape)
+            offset += n
+        return out
+
+    def broadcast_tensors_(self, tensors: list[torch.Tensor], src: int = 0) -> None:
+        """Broadcast tensors from ``src``, coalesced into one flat buffer per dtype."""
+        if not self.active:
+            return
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for t in tensors:
+            by_dtype.setdefault(t.dtype, []).append(t)
+        for group in by_dtype.values():
+            flat = torch.cat([t.detach().reshape(-1) for t in group])
+            self._timed(dist.broadcast, flat, src=src)
+            offset = 0
+            for t in group:
+                t.data.copy_(flat[offset : offset + t.numel()].view_as(t))
+                offset += t.numel()
+
+    # ---- objects and barriers (bookkeeping, not the hot path) -------------------------------
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        if not self.active:
+            return obj
+        box = [obj]
+        self._timed(dist.broadcast_object_list, box, src=src, sync=False)
+        return box[0]
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
+        """Every rank's ``obj`` on ``dst`` (None elsewhere), e.g. per-rank env and RNG state
+        for checkpoints written by rank 0."""
+        if not self.active:
+            return [obj]
+        out = [None] * self.world_size if self.rank == dst else None
+        self._timed(dist.gather_object, obj, out, dst=dst, sync=False)
+        return out
+
+    def barrier(self) -> None:
+        if self.active:
+            self._timed(dist.barrier, sync=False)

@@ -1,0 +1,172 @@
+"""The collector role: step the envs with the current policy, fill the rollout buffer, keep the
+episode bookkeeping (running returns and the window of recently completed episodes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from distrl import checkpoint as ckpt
+from distrl.envs.core import VecEnv
+from distrl.policy import ActorCritic, Moments
+from distrl.storage.rollout import RolloutBuffer
+
+WINDOW = 100  # episode statistics over the last 100 completed episodes (SB3's convention)
+
+
+class NonFiniteEnvError(RuntimeError):
+    """An environment produced NaN/Inf; the message names rank, env index, step and field."""
+
+
+class EnvStepError(RuntimeError):
+    """``env.step`` raised; the message names rank, step and (when known) the env index, and the
+    original exception is chained as ``__cause__``."""
+
+
+class Collector:
+    def __init__(self, env: VecEnv, policy: ActorCritic, num_steps: int, rank: int, seed: int):
+        self.env, self.policy, self.rank = env, policy, rank
+        device = next(policy.parameters()).device
+        N = env.num_envs
+        act_shape = () if env.action_space.discrete else (env.action_space.dim,)
+        self.buffer = RolloutBuffer(
+            num_steps, N, env.obs_dim, act_shape, env.action_space.discrete, device
+        )
+        self.obs = env.reset(seed=seed)
+        z = dict(device=device)
+        self.ep_return = torch.zeros(N, **z)
+        self.ep_length = torch.zeros(N, **z)
+        self.done_return = torch.zeros(num_steps, N, **z)
+        self.done_length = torch.zeros(num_steps, N, **z)
+        # window rows: (return, length, completion key); key -1 marks an empty slot
+        self.window = torch.full((WINDOW, 3), -1.0, **z)
+        self.last_rollout_time = 0.0
+
+    @property
+    def steps_per_rollout(self) -> int:
+        return self.buffer.num_steps * self.env.num_envs
+
+    # ---- rollout ---------------------------------------------------------------------------
+    @torch.inference_mode()  # cheaper per op than no_grad; writes into normal buffers are fine
+    def rollout(self, iteration: int) -> None:
+        buf, policy, env = self.buffer, self.policy, self.env
+        obs = self.obs
+        for t in range(buf.num_steps):
+            actions, logp, value = policy.act(obs)
+            try:
+                next_obs, reward, terminated, truncated, info = env.step(policy.env_action(actions))
+            except Exception as e:
+                raise EnvStepError(self._env_failure(iteration, t, e)) from e
+            buf.obs[t] = obs
+            buf.actions[t] = actions
+            buf.logprobs[t] = logp
+            buf.values[t] = value
+            buf.rewards[t] = reward
+            buf.terminated[t] = terminated
+            buf.truncated[t] = truncated
+            if truncated.any():  # rare; bootstrap from V(final obs), not from the reset state
+                idx = truncated.nonzero().squeeze(-1)
+                buf.final_values[t, idx] = policy.value(info["final_obs"][idx])
+            done = terminated | truncated
+            self.ep_return += reward
+            self.ep_length += 1
+            self.done_return[t] = self.ep_return
+            self.done_length[t] = self.ep_length
+            self.ep_return.masked_fill_(done, 0.0)
+            self.ep_length.masked_fill_(done, 0.0)
+            obs = next_obs
+        self.obs = obs
+
+    def _env_failure(self, iteration: int, t: int, e: Exception) -> str:
+        step = iteration * self.buffer.num_steps + t
+        # Envs may say which sub-env failed (FaultyEnv does); Gymnasium's vector envs do not.
+        index = getattr(e, "env_index", None)
+        where = f" in env {index}" if index is not None else ""
+        return (
+            f"rank {self.rank}: env step {step} failed{where} (iteration {iteration}, "
+            f"rollout step {t}): {type(e).__name__}: {e}"
+        )
+
+    def check_finite(self, iteration: int) -> None:
+        """NaN/Inf from the env stops training here, before the update sees it."""
+        buf = self.buffer
+        fields = {"observation": buf.obs, "reward": buf.rewards}
+        for name, x in fields.items():
+            bad = ~torch.isfinite(x)
+            if bad.any():
+                while bad.dim() > 2:
+                    bad = bad.any(-1)
+                t, n = (int(v) for v in bad.nonzero()[0])
+                if name == "observation":  # obs[t] was returned by the env at step t-1
+                    t -= 1
+                step = iteration * buf.num_steps + t
+                raise NonFiniteEnvError(
+                    f"rank {self.rank}: env {n} returned a non-finite {name} at step {step} "
+                    f"(iteration {iteration}, rollout step {t}); the update was not run"
+                )
+        if not torch.isfinite(self.obs).all():
+            n = int((~torch.isfinite(self.obs)).reshape(self.obs.shape[0], -1).any(-1).nonzero()[0])
+            step = (iteration + 1) * buf.num_steps - 1
+            raise NonFiniteEnvError(
+                f"rank {self.rank}: env {n} returned a non-finite observation at step {step}"
+            )
+
+    # ---- what the rollout contributes to the agreed statistics ------------------------------
+    def obs_moments(self) -> torch.Tensor:
+        """This rollout's observation moments, flat float64 (summed over ranks they merge)."""
+        obs = self.buffer.obs
+        return Moments.of(obs.reshape(-1, obs.shape[-1])).to_flat()
+
+    def episode_window(self, iteration: int) -> torch.Tensor:
+        """Add the episodes that ended in this rollout to the window; returns it, [WINDOW, 3]
+        rows of (return, length, completion key), the key ordering completions across ranks."""
+        T = self.buffer.num_steps
+        mask = self.buffer.terminated | self.buffer.truncated  # episodes that ended
+        if mask.any():
+            key = iteration * T + torch.arange(T, device=mask.device, dtype=torch.float32)
+            key = key.unsqueeze(1).expand_as(mask)
+            new = torch.stack([self.done_return[mask], self.done_length[mask], key[mask]], 1)
+            self.window = torch.cat([self.window, new])[-WINDOW:]
+        return self.window
+
+    # ---- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What differs per rank: env state, RNG, current observation, episode bookkeeping."""
+        return {
+            "env": self.env.state_dict(),
+            "rng": ckpt.capture_rng_state(),
+            "obs": self.obs.cpu(),
+            "ep_return": self.ep_return.cpu(),
+            "ep_length": self.ep_length.cpu(),
+            "window": self.window.cpu(),
+        }
+
+    def load_state_dict(self, s: dict[str, Any]) -> None:
+        device = self.buffer.obs.device
+        self.env.load_state_dict(s["env"])
+        ckpt.restore_rng_state(s["rng"])
+        self.obs = s["obs"].to(device)
+        self.ep_return = s["ep_return"].to(device)
+        self.ep_length = s["ep_length"].to(device)
+        self.window = s["window"].to(device)
+
+
+def episode_summary(rollout_times: torch.Tensor, windows: torch.Tensor) -> dict[str, Any]:
+    """Means over the newest WINDOW episodes of every collector, and the slowest collector's
+    rollout time, from the gathered [ranks, 1] times and [ranks, WINDOW, 3] windows."""
+    rollout_max = float(rollout_times.max())
+    rows = windows.reshape(-1, 3)
+    rows = rows[rows[:, 2] >= 0]
+    if rows.shape[0] == 0:
+        return {
+            "episode_return_mean": None,
+            "episode_length_mean": None,
+            "time/rollout_max": rollout_max,
+        }
+    newest = rows[torch.argsort(rows[:, 2], descending=True, stable=True)[:WINDOW]]
+    return {
+        "episode_return_mean": float(newest[:, 0].mean()),
+        "episode_length_mean": float(newest[:, 1].mean()),
+        "time/rollout_max": rollout_max,
+    }

@@ -1,0 +1,23 @@
+"""Hook points around the update, for tests and extensions (fault injection, inspection).
+
+A runner calls every hook in ``HOOKS`` (process-wide: a test's ``sitecustomize`` can install one
+before any runner exists) and then those it was built with. Every method is a no-op here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from distrl.runner.on_policy import OnPolicyRunner
+
+
+class Hooks:
+    def before_update(self, runner: OnPolicyRunner) -> None:
+        """After the rollout (and its finiteness check), before advantages and the update."""
+
+    def after_update(self, runner: OnPolicyRunner, metrics: dict[str, Any]) -> None:
+        """After the update and the normalizer, before ``runner.iteration`` advances."""
+
+
+HOOKS: list[Hooks] = []

@@ -11,9 +11,9 @@ from distrl.algorithms.rloo import (
     episode_advantages,
     rloo_advantages,
     rloo_policy_loss,
-    step_mask,
     uniform_groups,
 )
+from distrl.storage.episodes import step_mask
 
 F64 = torch.float64
 

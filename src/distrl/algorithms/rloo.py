@@ -24,6 +24,7 @@ import torch
 
 from distrl.algorithms.ppo import ppo_loss
 from distrl.storage.advantages import rloo
+from distrl.storage.episodes import step_mask
 
 
 def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -48,11 +49,6 @@ def uniform_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     sums of the same shaped terms, so equal outcomes give equal floats)."""
     g = _groups(rewards, group_size)
     return (g == g[:, :1]).all(dim=1)
-
-
-def step_mask(lengths: torch.Tensor, max_steps: int) -> torch.Tensor:
-    """[E, T] bool: step t of episode e is valid iff t < lengths[e]."""
-    return torch.arange(max_steps, device=lengths.device) < lengths.unsqueeze(1)
 
 
 @dataclass

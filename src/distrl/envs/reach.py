@@ -92,7 +92,9 @@ def task_index(task: int | str) -> int:
     return int(task)
 
 
-def generate_init_states(task: ReachTask, n: int = NUM_INIT_STATES, seed: int = INIT_STATE_SEED):
+def generate_init_states(
+    task: ReachTask, n: int = NUM_INIT_STATES, seed: int = INIT_STATE_SEED
+) -> list[list[float]]:
     """The init-state list of ``task``: ``n`` rows [x, y, vx, vy], at rest, uniform in
     [-0.9, 0.9]^2 at least 0.4 from the goal and 0.05 clear of the obstacle. Deterministic
     (Python's ``random``), rounded to 4 decimals; the shipped files hold exactly these."""

@@ -1,0 +1,41 @@
+"""The episodic extension of the VecEnv contract: episodes that start from chosen init states.
+
+Multi-task episodic training (RIPT, Tan et al. 2025, on LIBERO) gives every task a fixed list of
+init states and starts each episode from one picked by a cursor, so that the K rollouts of an
+RLOO group share their start. An ``EpisodicVecEnv`` is a ``VecEnv`` (same shapes, same same-step
+auto-reset, which draws a random state of the list) plus:
+
+  num_init_states            length of the init-state list (indices 0 .. num_init_states - 1)
+  reset_rows(mask, indices)  rows where mask [N] bool is set start a new episode from init state
+                             indices[row] [N] int64; other rows are untouched (their index
+                             entries are ignored); returns obs [N, obs_dim]
+  info["success"]            [N] bool from ``step``: the episode that ended on this step (or goes
+                             on) has reached its goal; success terminates the episode
+
+Envs never import the distributed package, never log and never touch files (beyond reading the
+init-state lists they ship).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import torch
+
+from distrl.envs.core import VecEnv
+
+
+class EpisodicVecEnv(VecEnv):
+    """A VecEnv whose episodes can start from chosen entries of a fixed init-state list."""
+
+    num_init_states: int
+
+    @abstractmethod
+    def reset_rows(self, mask: torch.Tensor, init_indices: torch.Tensor) -> torch.Tensor:
+        """Restart the rows in ``mask`` [N] from init states ``init_indices`` [N]; obs [N, D]."""
+
+    def reset_to(self, init_indices: torch.Tensor, seed: int | None = None) -> torch.Tensor:
+        """Reset every row, row i from init state ``init_indices[i]``. Returns obs [N, obs_dim]."""
+        self.reset(seed)
+        mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        return self.reset_rows(mask, init_indices.to(self.device))

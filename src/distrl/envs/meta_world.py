@@ -1,0 +1,159 @@
+"""Meta-World MT10 (Yu et al. 2019, "Meta-World: A Benchmark and Evaluation for Multi-Task and
+Meta Reinforcement Learning") as an ``EpisodicVecEnv``: state observations, success from
+``info["success"]``, and each task's 50 goal variants as its init-state list.
+
+Needs the ``metaworld`` extra (``pip install 'distrl[metaworld]'``: metaworld 3.1.1, which pins
+mujoco 3.3.0; headless, CPU). The simulator is per env, so rows are stepped in a Python loop and
+observations are converted to one tensor per step.
+
+Episodes follow the suite convention of ``envs.reach``: reward 1 on the step that succeeds,
+which terminates the episode (``reward="dense"`` gives Meta-World's shaped reward instead, still
+terminating on success); truncated after ``max_episode_steps`` (at most Meta-World's 500).
+Observation: Meta-World's 39 state values (goal visible, as in its MT benchmarks), then a
+one-hot task id over the ten MT10 tasks unless ``one_hot=False``.
+
+``reset_rows`` starts row i from goal variant ``init_indices[i]``: ``set_task`` then ``reset``
+(object and goal positions are fixed by the variant). Auto-resets draw a variant from the env's
+generator. Simulator state is not checkpointed: after a resume, episodes start afresh.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import torch
+
+from distrl.envs.core import ActionSpace
+from distrl.envs.episodic import EpisodicVecEnv
+
+MT10_TASKS: tuple[str, ...] = (
+    "reach-v3",
+    "push-v3",
+    "pick-place-v3",
+    "door-open-v3",
+    "drawer-open-v3",
+    "drawer-close-v3",
+    "button-press-topdown-v3",
+    "peg-insert-side-v3",
+    "window-open-v3",
+    "window-close-v3",
+)
+INSTALL_HINT = "pip install 'distrl[metaworld]'  (metaworld==3.1.1 with mujoco==3.3.0)"
+STATE_DIM = 39
+
+
+def _metaworld() -> Any:
+    try:
+        import metaworld
+    except ImportError as e:
+        raise ImportError(
+            f"the Meta-World tasks need the metaworld package, which is not installed: "
+            f"{INSTALL_HINT}"
+        ) from e
+    return metaworld
+
+
+@functools.cache
+def mt10_benchmark(seed: int = 0) -> Any:
+    """The MT10 benchmark with its 50 goal variants per task, drawn with ``seed`` (built once
+    per process: constructing it resets every task 50 times)."""
+    return _metaworld().MT10(seed=seed)
+
+
+class MetaWorldMT10(EpisodicVecEnv):
+    """``num_envs`` copies of one MT10 task. Actions [N, 4] in [-1, 1] (clipped)."""
+
+    num_init_states = 50
+
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        max_episode_steps: int | None = None,
+        benchmark_seed: int = 0,
+        reward: str = "success",
+        one_hot: bool = True,
+    ) -> None:
+        if task not in MT10_TASKS:
+            raise ValueError(f"unknown MT10 task {task!r}; tasks: {', '.join(MT10_TASKS)}")
+        if reward not in ("success", "dense"):
+            raise ValueError(f"reward must be 'success' or 'dense', got {reward!r}")
+        bench = mt10_benchmark(benchmark_seed)
+        self.task, self.reward_mode = task, reward
+        self.variants = [t for t in bench.train_tasks if t.env_name == task]
+        self.num_init_states = len(self.variants)
+        self.envs = [bench.train_classes[task]() for _ in range(num_envs)]
+        limit = self.envs[0].max_path_length
+        self.max_episode_steps = limit if max_episode_steps is None else max_episode_steps
+        if not 1 <= self.max_episode_steps <= limit:
+            raise ValueError(f"max_episode_steps must be in 1..{limit}, got {max_episode_steps}")
+        self.num_envs, self.device = num_envs, torch.device(device)
+        self.one_hot = np.zeros(len(MT10_TASKS) if one_hot else 0, dtype=np.float32)
+        if one_hot:
+            self.one_hot[MT10_TASKS.index(task)] = 1.0
+        self.obs_dim = STATE_DIM + self.one_hot.size
+        self.action_space = ActionSpace("continuous", low=(-1.0,) * 4, high=(1.0,) * 4)
+        self.generator = torch.Generator().manual_seed(0)
+        self.elapsed = np.zeros(num_envs, dtype=np.int64)
+        self._obs = np.zeros((num_envs, self.obs_dim), dtype=np.float32)
+        self._obs[:, STATE_DIM:] = self.one_hot
+        self._start(range(num_envs), [0] * num_envs)
+
+    def _start(self, rows: Any, variants: Any) -> None:
+        for row, v in zip(rows, variants, strict=True):
+            env = self.envs[row]
+            env.set_task(self.variants[int(v)])
+            obs, _ = env.reset()
+            self._obs[row, :STATE_DIM] = obs
+            self.elapsed[row] = 0
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array.copy()).to(self.device)
+
+    def _random_variants(self, n: int) -> list[int]:
+        return torch.randint(self.num_init_states, (n,), generator=self.generator).tolist()
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        if seed is not None:
+            self.generator.manual_seed(seed)
+        self._start(range(self.num_envs), self._random_variants(self.num_envs))
+        return self._tensor(self._obs)
+
+    def reset_rows(self, mask: torch.Tensor, init_indices: torch.Tensor) -> torch.Tensor:
+        rows = mask.nonzero().flatten().tolist()
+        self._start(rows, init_indices.cpu()[rows].tolist())
+        return self._tensor(self._obs)
+
+    def step(
+        self, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        acts = actions.detach().to("cpu", torch.float32).clamp(-1.0, 1.0).numpy()
+        N = self.num_envs
+        reward = np.zeros(N, dtype=np.float32)
+        success = np.zeros(N, dtype=bool)
+        for row, env in enumerate(self.envs):
+            obs, dense, _, _, info = env.step(acts[row])
+            self._obs[row, :STATE_DIM] = obs
+            success[row] = info["success"] > 0.5
+            reward[row] = dense if self.reward_mode == "dense" else float(success[row])
+        self.elapsed += 1
+        truncated = self.elapsed >= self.max_episode_steps
+        final_obs = self._tensor(self._obs)
+        done = (success | truncated).nonzero()[0]
+        self._start(done, self._random_variants(len(done)))
+        info = {"final_obs": final_obs, "success": self._tensor(success)}
+        terminated = self._tensor(success)
+        return (
+            self._tensor(self._obs),
+            self._tensor(reward),
+            terminated,
+            self._tensor(truncated),
+            info,
+        )
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

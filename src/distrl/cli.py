@@ -86,6 +86,7 @@ def check_before_start(cfg: TrainConfig) -> None:
     if launching:
         world = local_world = cfg.nproc
     context.check_devices(cfg.device, local_world)
+    context.check_strategy(cfg, world)
     if cfg.resume is None:
         return
     if cfg.resume == "auto":
@@ -114,6 +115,7 @@ def run_training(cfg: TrainConfig) -> dict:
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import make_env
+    from distrl.envs.slow import SlowEnv
     from distrl.runner.on_policy import OnPolicyRunner
     from distrl.telemetry import Telemetry
 
@@ -137,6 +139,8 @@ def run_training(cfg: TrainConfig) -> dict:
                 raise ckpt.CheckpointError(None, value)
             resume_path = Path(value) if value else None
         env = make_env(cfg, ctx.device)
+        if cfg.dist.slowdown(ctx.rank) > 1.0:  # testing knob: a straggler
+            env = SlowEnv(env, cfg.dist.slowdown(ctx.rank))
         with Telemetry.create(
             run_dir,
             to_dict(cfg),

@@ -8,6 +8,7 @@ numbers and the fix before any env, process group or file is created.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -89,9 +90,26 @@ class AgentConfig:
 
 
 @dataclass(frozen=True)
+class PSConfig:
+    """Parameter-server strategies (--dist.strategy ps-bsp|ps-asp|ps-bap; seed 001)."""
+
+    staleness: int = 2
+    """ps-bap: a worker keeps computing with its cached parameters while it has fewer than this
+    many rounds outstanding (1 = wait every round, as BSP)."""
+    lifetime: float = 5.0
+    """ps-bap: seconds a round may stay open; then it is closed with the gradients that came,
+    and the late ones of that round are dropped (counted in dist/dropped)."""
+    staleness_lr: bool = False
+    """ps-asp: scale each step's learning rate by 1 / (staleness + 1)."""
+
+
+@dataclass(frozen=True)
 class DistConfig:
-    strategy: Literal["allreduce"] = "allreduce"
-    """How gradients become parameters across ranks (allreduce = DD-PPO)."""
+    strategy: Literal["allreduce", "ps-bsp", "ps-asp", "ps-bap"] = "allreduce"
+    """How gradients become parameters across ranks: allreduce (DD-PPO: every rank collects and
+    learns) or a parameter server on rank 0 with the other ranks as workers: ps-bsp (wait for
+    every worker each minibatch), ps-asp (apply each gradient as it comes), ps-bap (bounded
+    staleness, see --dist.ps.*)."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """auto: NCCL when CUDA is used, Gloo otherwise."""
     timeout: float = 120.0
@@ -101,6 +119,36 @@ class DistConfig:
     pin_cores: bool = True
     """CPU ranks: pin each local rank to its own share of the cores, so the scheduler never
     stacks two ranks on one core while the other idles (every rank would then wait for it)."""
+    ps: PSConfig = field(default_factory=PSConfig)
+    slow_ranks: str = ""
+    """Testing knob (stragglers): 'RANK:FACTOR,...', e.g. '1:2.0' makes rank 1's env steps
+    take twice as long (it sleeps (FACTOR - 1) x each step's own time)."""
+
+    @property
+    def parameter_server(self) -> bool:
+        return self.strategy.startswith("ps-")
+
+    def slowdown(self, rank: int) -> float:
+        """This rank's env-step slowdown factor from --dist.slow-ranks (1.0: none)."""
+        return parse_slow_ranks(self.slow_ranks).get(rank, 1.0)
+
+
+def parse_slow_ranks(spec: str) -> dict[int, float]:
+    """'1:2.0,3:1.5' -> {1: 2.0, 3: 1.5}; raises ValueError naming the bad entry."""
+    out: dict[int, float] = {}
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        rank, sep, factor = item.partition(":")
+        try:
+            r, f = int(rank), float(factor)
+        except ValueError:
+            r, f = -1, 0.0
+        if not sep or r < 0 or f < 1.0:
+            raise ValueError(
+                f"--dist.slow-ranks entry {item!r}: expected RANK:FACTOR with RANK >= 0 and "
+                f"FACTOR >= 1, e.g. '1:2.0'"
+            )
+        out[r] = f
+    return out
 
 
 @dataclass(frozen=True)
@@ -201,6 +249,14 @@ def validate(cfg: TrainConfig, known_tasks: list[str] | None = None) -> TrainCon
                 f"is below 2 (advantage std and the update need at least 2 samples); raise "
                 f"--env.num-envs or --agent.num-steps, or lower --agent.num-minibatches"
             )
+    try:
+        parse_slow_ranks(cfg.dist.slow_ranks)
+    except ValueError as err:
+        errors.append(str(err))
+    ps = cfg.dist.ps
+    if ps.staleness < 1:
+        errors.append(f"--dist.ps.staleness must be 1 or more, got {ps.staleness}; 1 = BSP")
+    _positive(errors, "--dist.ps.lifetime", ps.lifetime, "use e.g. 5 (seconds)")
     if a.target_kl is not None and a.target_kl <= 0:
         errors.append(f"--agent.target-kl must be positive or None, got {a.target_kl}")
     if errors:
@@ -214,23 +270,20 @@ def to_dict(cfg: TrainConfig) -> dict:
 
 
 def from_dict(d: dict) -> TrainConfig:
-    """Inverse of ``to_dict`` (tuples restored)."""
+    """Inverse of ``to_dict`` (nested dataclasses rebuilt, tuples restored)."""
 
     def build(cls, data):
+        hints = typing.get_type_hints(cls)
         kwargs = {}
         for f in dataclasses.fields(cls):
             if f.name not in data:
                 continue
-            v = data[f.name]
-            sub = _SUBTREES.get(f.name) if cls is TrainConfig else None
-            if sub is not None:
-                v = build(sub, v)
+            v, kind = data[f.name], hints[f.name]
+            if dataclasses.is_dataclass(kind) and isinstance(v, dict):
+                v = build(kind, v)
             elif isinstance(v, list):
                 v = tuple(v)
             kwargs[f.name] = v
         return cls(**kwargs)
 
     return build(TrainConfig, d)
-
-
-_SUBTREES = {"env": EnvConfig, "policy": PolicyConfig, "agent": AgentConfig, "dist": DistConfig}

@@ -106,3 +106,6 @@ class Strategy(Protocol):
 
     def take_times(self) -> tuple[float, float]:
         """(seconds inside collectives, seconds waiting for peers) since the last call."""
+
+    def finish(self) -> None:
+        """This rank's training loop is over (a worker tells its server)."""

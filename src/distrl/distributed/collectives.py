@@ -70,6 +70,9 @@ class Collectives:
         if self.active:
             heartbeat(self.ctx, iteration)
 
+    def finish(self) -> None:
+        """Nothing to tell anyone (strategies with a server override this)."""
+
     # ---- tensors --------------------------------------------------------------------------
     def allreduce_sum_(self, tensor: torch.Tensor) -> None:
         if self.active:

@@ -82,6 +82,17 @@ def check_launch(cfg: TrainConfig) -> None:
         )
     if cfg.distributed:
         check_devices(cfg.device, env_ranks()[3])
+    check_strategy(cfg, world if cfg.distributed else 1)
+
+
+def check_strategy(cfg: TrainConfig, world_size: int) -> None:
+    """A parameter server needs a server and at least one worker."""
+    if cfg.dist.parameter_server and world_size < 2:
+        raise ValueError(
+            f"--dist.strategy {cfg.dist.strategy} needs at least 2 processes (rank 0 serves "
+            f"the parameters, the others collect and compute gradients), got {world_size}; "
+            f"use e.g. --nproc 3 for 2 workers"
+        )
 
 
 def check_devices(device: str, local_world_size: int) -> None:

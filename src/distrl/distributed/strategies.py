@@ -6,15 +6,33 @@ from distrl.config import TrainConfig
 from distrl.distributed.allreduce import AllReduceStrategy
 from distrl.distributed.base import Strategy
 from distrl.distributed.context import DistContext
+from distrl.distributed.param_server import ParameterServer
 
-STRATEGIES: dict[str, type] = {"allreduce": AllReduceStrategy}
+
+def _allreduce(ctx: DistContext, cfg: TrainConfig) -> Strategy:
+    return AllReduceStrategy(ctx, profile_sync=cfg.dist.profile_sync, timeout=cfg.dist.timeout)
+
+
+def _ps(mode: str):
+    def build(ctx: DistContext, cfg: TrainConfig) -> Strategy:
+        return ParameterServer(ctx, cfg, mode)
+
+    return build
+
+
+STRATEGIES = {
+    "allreduce": _allreduce,
+    "ps-bsp": _ps("bsp"),
+    "ps-asp": _ps("asp"),
+    "ps-bap": _ps("bap"),
+}
 
 
 def make_strategy(cfg: TrainConfig, ctx: DistContext) -> Strategy:
     try:
-        cls = STRATEGIES[cfg.dist.strategy]
+        build = STRATEGIES[cfg.dist.strategy]
     except KeyError:
         raise ValueError(
             f"--dist.strategy {cfg.dist.strategy!r} is not one of {sorted(STRATEGIES)}"
         ) from None
-    return cls(ctx, profile_sync=cfg.dist.profile_sync, timeout=cfg.dist.timeout)
+    return build(ctx, cfg)

@@ -2,9 +2,10 @@
 
 The runner is handed a strategy (``distrl.distributed.base.Strategy``) and never builds one; it
 plays the roles the strategy gives this rank: a ``Collector`` (rollout, episode bookkeeping) and
-a ``Learner`` (advantages, update). Besides the gradients, one collective per iteration agrees
-on everything else: the batch statistics, the observation moments, every collector's episode
-window and rollout time (``Strategy.reduce_stats``). The loop is the same for 1 and W ranks.
+a ``Learner`` (advantages, update), or the ``server`` of the parameter-server strategies
+(``serve``). Besides the gradients, one exchange per iteration agrees on everything else: the
+batch statistics, the observation moments, every collector's episode window and rollout time
+(``Strategy.reduce_stats``). The loop is the same for 1 and W ranks.
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ class OnPolicyRunner:
         np.random.seed(self.seed % 2**32)
         self.policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(env.device)
         self.learner = Learner(self.policy, cfg.agent, env.num_envs, shuffle_seed=cfg.seed)
-        self.collector = Collector(env, self.policy, cfg.agent.num_steps, strategy.rank, self.seed)
+        self.collector = (
+            Collector(env, self.policy, cfg.agent.num_steps, strategy.rank, self.seed)
+            if strategy.roles.collector
+            else None
+        )
         self.iteration = 0
         self.wall_offset = 0.0
         strategy.setup(self.policy, self.learner.ppo)
@@ -75,7 +80,8 @@ class OnPolicyRunner:
     @property
     def steps_per_iteration(self) -> int:
         """Env steps of every collector together in one iteration."""
-        return self.collector.steps_per_rollout * self.strategy.num_collectors
+        per_rank = self.cfg.agent.num_steps * self.env.num_envs
+        return per_rank * self.strategy.num_collectors
 
     @property
     def env_steps(self) -> int:
@@ -107,8 +113,11 @@ class OnPolicyRunner:
         return metrics
 
     # ---- checkpoints -----------------------------------------------------------------------
-    def save(self, wall_time: float) -> Path | None:
-        ranks = self.strategy.gather_object(self.collector.state_dict())
+    def save(self, wall_time: float, ranks: list[Any] | None = None) -> Path | None:
+        """Rank 0 writes; ``ranks`` (per-rank state) is gathered here unless given (the
+        parameter server collects it from its workers' messages)."""
+        if ranks is None:
+            ranks = self.strategy.gather_object(self.collector.state_dict())
         if not self.strategy.is_main or self.run_dir is None:
             return None
         state = {
@@ -137,11 +146,14 @@ class OnPolicyRunner:
         self.learner.load_state_dict(state)
         self.iteration = int(state["iteration"])
         self.wall_offset = float(state["wall_time"])
-        self.collector.load_state_dict(state["ranks"][self.strategy.rank])
+        if self.collector is not None:
+            self.collector.load_state_dict(state["ranks"][self.strategy.rank])
         return notes
 
     # ---- the loop -------------------------------------------------------------------------
     def learn(self) -> dict[str, Any]:
+        if self.strategy.roles.server:
+            return self.serve()
         cfg, strategy, collector = self.cfg, self.strategy, self.collector
         max_it = cfg.agent.max_iterations
         start = time.perf_counter() - self.wall_offset
@@ -180,9 +192,67 @@ class OnPolicyRunner:
             if self.iteration % cfg.agent.save_interval == 0 or self.iteration == max_it:
                 self._checkpoint(record["wall_time"], metrics.get("train/skipped_updates", 0))
         strategy.verify_replicas(self.policy)
+        strategy.finish()
+        return record
+
+    # ---- the server role (parameter-server strategies) ---------------------------------------
+    def serve(self) -> dict[str, Any]:
+        """Apply what the workers send until they finish; one record per iteration that every
+        live worker completed; checkpoints when every live worker's state has arrived."""
+        start = time.perf_counter() - self.wall_offset
+        seen: dict[str, Any] = {"times": {}, "windows": {}, "ev": None}
+        per_worker = self.cfg.agent.num_steps * self.env.num_envs
+        last_steps = self.iteration * self.steps_per_iteration
+
+        def on_stats(sums: torch.Tensor, gathered: dict[int, torch.Tensor], nsums: int) -> None:
+            # the layout learn_step packs: sums = [batch power sums (7) | obs moments],
+            # gathered row = [rollout time | episode window]
+            seen["ev"] = PPO.batch_stats(sums[:7])["explained_variance"]
+            if self.policy.normalizer.enabled:
+                self.policy.normalizer.update(Moments.from_flat_sum(sums[7:]))
+            for w, row in gathered.items():
+                seen["times"][w] = row[:1]
+                seen["windows"][w] = row[1:].view(WINDOW, 3)
+
+        record: dict[str, Any] = {}
+        for event in self.strategy.serve(on_stats, self.iteration):
+            if event.kind == "checkpoint":
+                ranks = [event.states.get(r, {}) for r in range(self.strategy.world_size)]
+                self.iteration = max(self.iteration, event.iteration)
+                self.save(time.perf_counter() - start, ranks)
+                continue
+            m = event.metrics
+            for text in m.pop("messages", []):
+                self.tel.message(text)
+            self.iteration = event.iteration
+            self.ppo.schedule_lr(self.iteration)
+            steps = sum(m.pop("worker_iterations").values()) * per_worker
+            times = list(seen["times"].values()) or [torch.zeros(1, dtype=torch.float64)]
+            windows = list(seen["windows"].values()) or [torch.full((WINDOW, 3), -1.0)]
+            episodes = episode_summary(torch.stack(times), torch.stack(windows))
+            t_iter = m.pop("time/iteration")
+            record = {
+                "iteration": self.iteration,
+                "env_steps": steps,
+                "wall_time": time.perf_counter() - start,
+                "perf/sps": (steps - last_steps) / max(t_iter, 1e-9),
+                "episode_return_mean": episodes["episode_return_mean"],
+                "episode_length_mean": episodes["episode_length_mean"],
+                "time/iteration": t_iter,
+                "time/rollout": episodes["time/rollout_max"],
+                "time/rollout_max": episodes["time/rollout_max"],
+                "time/learn": t_iter - m["dist/server_wait"],
+                "time/comm": m["dist/server_wait"],
+                "time/sync": None,
+                "explained_variance": seen["ev"],
+                **m,
+            }
+            last_steps = steps
+            self.tel.log(record)
         return record
 
     def _checkpoint(self, wall_time: float, skipped: int) -> None:
+        """Every rank calls this at a save point; rank 0 writes."""
         # Never checkpoint right after updates skipped for NaN/Inf: the skip decision is global
         # (one combined flag), so every rank agrees to skip the save as well.
         if skipped:

@@ -1,0 +1,636 @@
+"""Parameter-server strategies: bulk synchronous (BSP), asynchronous (ASP) and bounded
+staleness (BAP), after seed 001 (MALib). Rank 0 serves: it holds the authoritative parameters,
+the optimizer, the learning rate and the normalizer, and takes every decision (skip on NaN/Inf,
+early stop on KL, adaptive LR). Ranks 1.. are workers: they collect, compute gradients, and
+apply the parameters the server sends back.
+
+Transport: point-to-point ``send``/``recv`` of fixed-size float32 messages, no pickling in the
+hot path. Each process runs one receiver thread per peer that blocks in ``recv`` and queues what
+arrives, so the main loop waits with a deadline (``queue.get(timeout)``) instead of
+busy-polling, and a dead peer's closed connection names that peer exactly. (Gloo's
+``irecv().is_completed()`` never turned true here without ``wait()``, and a timed-out
+``wait`` consumes the receive, so neither can poll.)
+
+Messages, worker -> server: ``[kind, worker, version, iteration, samples, part, parts, nsums,
+length | payload]``; server -> worker: ``[kind, version, action, lr, kl, pg, vl, ent, cf, part,
+parts, length | payload]``, padded to one fixed size per direction. Payloads longer than one
+message (statistics of tiny models, checkpoint state)
+travel in parts. Header integers are exact in float32 below 2**24.
+
+Modes (per minibatch; a "round" is each worker's r-th gradient):
+
+- **BSP**: the server waits for every live worker's gradient of the round, averages them
+  (sample-weighted; the plain mean, in rank order, when the counts are equal, which is then
+  bit-for-bit what ``allreduce`` computes), decides, steps, and sends the new parameters and
+  the decision to every worker. Statistics rounds (advantage moments, normalizer) are summed
+  over all workers the same way, so BSP reproduces ``allreduce``.
+- **ASP**: the server applies each gradient as it arrives and replies to that worker only.
+  Staleness = versions applied since the worker's parameters were sent.
+- **BAP**: rounds as BSP, but a worker keeps computing with its cached parameters while fewer
+  than ``--dist.ps.staleness`` rounds are outstanding; a round open longer than
+  ``--dist.ps.lifetime`` seconds is closed with the gradients that came, and the late ones of
+  that round are dropped and counted.
+
+Under ASP and BAP each worker normalizes advantages and merges observation moments with every
+statistics message the server received since its last one (its own included), so all replicas
+see the same data, in a different order than the server (float rounding only).
+"""
+
+from __future__ import annotations
+
+import io
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from distrl.algorithms.ppo import Decision, GradientLearner
+from distrl.config import TrainConfig
+from distrl.distributed.base import Agreed, Roles
+from distrl.distributed.collectives import Collectives
+from distrl.distributed.context import DistContext, PeerFailure
+
+SERVER = 0
+UP_HEADER, DOWN_HEADER = 9, 12
+# worker -> server kinds
+STATS, GRAD, STATE, DONE = 1, 2, 3, 4
+# server -> worker kinds
+PARAMS, STATS_REPLY, BYE = 1, 2, 3
+ACTIONS = ("step", "skip", "stop")
+
+
+# ---- transport ----------------------------------------------------------------------------
+
+
+class Inbox:
+    """One thread per peer blocking in ``recv`` of fixed-size messages; everything lands in one
+    queue as ``(peer, message)``, or ``(peer, exception)`` when the peer's connection fails. A
+    thread ends after its peer's ``last_kind`` message."""
+
+    def __init__(self, peers: list[int], size: int, last_kind: int):
+        self.queue: queue.Queue = queue.Queue()
+        for peer in peers:
+            t = threading.Thread(target=self._run, args=(peer, size, last_kind), daemon=True)
+            t.start()
+
+    def _run(self, peer: int, size: int, last_kind: int) -> None:
+        try:
+            while True:
+                msg = torch.empty(size)
+                dist.recv(msg, src=peer)
+                self.queue.put((peer, msg))
+                if int(msg[0]) == last_kind:
+                    return
+        except Exception as e:  # connection closed (peer died) or the backend's timeout
+            self.queue.put((peer, e))
+
+    def get(self, timeout: float) -> tuple[int, torch.Tensor | Exception] | None:
+        try:
+            return self.queue.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return None
+
+
+def to_parts(payload: torch.Tensor, capacity: int) -> list[torch.Tensor]:
+    """Split a float32 payload into parts of at most ``capacity`` (at least one part)."""
+    n = payload.numel()
+    return [payload[i : i + capacity] for i in range(0, max(n, 1), capacity)]
+
+
+def pack64(t: torch.Tensor) -> torch.Tensor:
+    """float64 -> float32 words of the same bytes (exact, no conversion)."""
+    return t.detach().to(torch.float64).contiguous().view(torch.float32)
+
+
+def unpack64(words: torch.Tensor) -> torch.Tensor:
+    return words.clone().view(torch.float64)  # a fresh, aligned copy of the words
+
+
+def bytes_payload(obj: Any) -> torch.Tensor:
+    """A checkpoint object as float32 words (torch.save bytes, zero-padded, length first)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    raw = buf.getvalue()
+    n = len(raw)
+    padded = raw + b"\0" * (-n % 4)
+    words = torch.frombuffer(bytearray(padded), dtype=torch.float32)
+    return torch.cat([pack64(torch.tensor([float(n)], dtype=torch.float64)), words])
+
+
+def from_bytes_payload(words: torch.Tensor) -> Any:
+    n = int(unpack64(words[:2])[0])
+    raw = words[2:].contiguous().view(torch.uint8).numpy().tobytes()[:n]
+    return torch.load(io.BytesIO(raw), weights_only=True)
+
+
+# ---- the strategy -----------------------------------------------------------------------------
+
+
+class ParameterServer(Collectives):
+    """``--dist.strategy ps-bsp|ps-asp|ps-bap``: the worker side (``setup``, ``step``,
+    ``reduce_stats``, ``gather_object``, ``finish``) and the server loop (``serve``)."""
+
+    def __init__(self, ctx: DistContext, cfg: TrainConfig, mode: str):
+        super().__init__(ctx, profile_sync=False, timeout=cfg.dist.timeout)
+        if not self.active:
+            raise ValueError(
+                f"--dist.strategy ps-{mode} needs at least 2 processes (rank 0 serves, the "
+                f"others work); use e.g. --nproc 3 for 2 workers"
+            )
+        self.mode, self.cfg = mode, cfg
+        self.name = f"ps-{mode}"
+        server = ctx.rank == SERVER
+        self.roles = Roles(collector=not server, learner=not server, server=server)
+        self.workers = list(range(1, self.world_size))
+        self.inbox: Inbox | None = None
+        self.version = 0  # parameter version this worker holds (server: the newest)
+        self.rounds_sent = 0
+        self.last = Decision("step", (0.0,) * 5)
+        self.stop_seen = False  # BAP: a 'stop' arrived while this iteration was running
+        self.iteration_first_round = 0
+        self.capacity = 0
+
+    # ---- shape of the messages ---------------------------------------------------------------
+    def _alloc(self, num_grad: int) -> None:
+        self.num_grad = num_grad
+        self.capacity = max(num_grad + 6, 4096)
+
+    def _up(self, kind: int, payload: torch.Tensor, **h: float) -> None:
+        parts = to_parts(payload, self.capacity)
+        for i, part in enumerate(parts):
+            msg = torch.zeros(UP_HEADER + self.capacity)
+            msg[:UP_HEADER] = torch.tensor(
+                [
+                    kind,
+                    self.rank,
+                    self.version,
+                    h.get("iteration", 0),
+                    h.get("samples", 0),
+                    i,
+                    len(parts),
+                    h.get("nsums", 0),
+                    part.numel(),
+                ]
+            )
+            msg[UP_HEADER : UP_HEADER + part.numel()] = part
+            self._timed(dist.send, msg, dst=SERVER, sync=False)
+
+    def _down(
+        self, worker: int, kind: int, payload: torch.Tensor, decision: Decision | None = None
+    ) -> None:
+        d = decision or Decision("step", (0.0,) * 5)
+        stats = d.stats or (0.0,) * 5
+        parts = to_parts(payload, self.capacity)
+        for i, part in enumerate(parts):
+            msg = torch.zeros(DOWN_HEADER + self.capacity)
+            head = [kind, self.version, ACTIONS.index(d.action), self.lr, *stats, i, len(parts)]
+            head.append(part.numel())
+            msg[:DOWN_HEADER] = torch.tensor(head, dtype=torch.float64).float()
+            msg[DOWN_HEADER : DOWN_HEADER + part.numel()] = part
+            self._timed(dist.send, msg, dst=worker, sync=False)
+
+    # ---- worker side -------------------------------------------------------------------------
+    @property
+    def num_collectors(self) -> int:
+        return len(self.workers)
+
+    @property
+    def measures_sync(self) -> bool:
+        return False
+
+    def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
+        """Rank 0's replica reaches every worker (one coalesced broadcast, as allreduce), then
+        each process starts its receiver threads."""
+        self.policy, self.learner = policy, learner
+        self.lr = float(learner.optimizer.param_groups[0]["lr"])
+        self._alloc(learner.num_grad)
+        tensors = list(policy.parameters()) + list(policy.buffers())
+        self.broadcast_tensors_(tensors)
+        if self.roles.server:
+            self.inbox = Inbox(self.workers, UP_HEADER + self.capacity, last_kind=DONE)
+        else:
+            self.inbox = Inbox([SERVER], DOWN_HEADER + self.capacity, last_kind=BYE)
+
+    def _receive(self, want: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block until the server's next ``want`` message (parameters that arrive first are
+        applied on the way); returns (header, payload), parts joined."""
+        parts: list[torch.Tensor] = []
+        while True:
+            header, payload = self._next_from_server(block=True)
+            kind = int(header[0])
+            if kind == PARAMS:
+                self._apply_params(header, payload)
+                if want == PARAMS:
+                    return header, payload
+                continue
+            if kind != want:
+                raise RuntimeError(f"rank {self.rank}: expected message {want}, got {kind}")
+            parts.append(payload)
+            if int(header[9]) == int(header[10]) - 1:
+                return header, torch.cat(parts)
+
+    def _next_from_server(self, block: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        t0 = time.perf_counter()
+        got = self.inbox.get(self.timeout if block else 0.0)
+        self.comm_time += time.perf_counter() - t0
+        if got is None:
+            if not block:
+                return None  # type: ignore[return-value]
+            raise PeerFailure(
+                f"rank {self.rank}/{self.world_size}: the parameter server (rank 0) sent nothing "
+                f"for --dist.timeout={self.timeout:g}s; it died or stalled"
+            )
+        _, msg = got
+        if isinstance(msg, Exception):
+            raise PeerFailure(
+                f"rank {self.rank}/{self.world_size}: lost the parameter server (rank 0): "
+                f"{str(msg).strip().splitlines()[0]}"
+            ) from msg
+        return msg[:DOWN_HEADER], msg[DOWN_HEADER : DOWN_HEADER + int(msg[DOWN_HEADER - 1])]
+
+    def _apply_params(self, header: torch.Tensor, payload: torch.Tensor) -> None:
+        self.version = int(header[1])
+        action = ACTIONS[int(header[2])]
+        self.last = Decision(action, tuple(header[4:9].double().tolist()))
+        if action == "stop" and self.version > self.iteration_first_round:
+            self.stop_seen = True  # a round of the current iteration was stopped
+        self.learner.flat_param.data.copy_(payload[: self.num_grad])
+
+    def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision:
+        """Send this minibatch's gradient; BSP/ASP wait for the answer, BAP only while too many
+        rounds are outstanding."""
+        if self.stop_seen:  # BAP: an earlier round of this iteration was stopped
+            return Decision("stop")
+        samples = self._minibatch_samples
+        self._up(GRAD, flat, samples=samples)
+        self.rounds_sent += 1
+        if self.mode == "bap":
+            while True:
+                got = self._next_from_server(block=False)
+                if got is None:
+                    break
+                self._apply_params(*got)
+            while self.rounds_sent - self.version >= self.cfg.dist.ps.staleness:
+                self._receive(PARAMS)
+            if self.stop_seen:
+                return Decision("stop")
+            return Decision("step", self.last.stats or (0.0,) * 5)
+        self._receive(PARAMS)
+        return self.last
+
+    @property
+    def _minibatch_samples(self) -> int:
+        a = self.cfg.agent
+        return self.cfg.env.num_envs * a.num_steps // a.num_minibatches
+
+    def reduce_stats(
+        self, sums: dict[str, torch.Tensor], gather: dict[str, torch.Tensor] | None = None
+    ) -> Agreed:
+        """Worker: send this rollout's statistics to the server; the sums come back combined
+        (BSP: over this round's workers; ASP/BAP: over every statistics message the server got
+        since this worker's last one). Gathered values stay local (only the server logs)."""
+        gather = gather or {}
+        self.stop_seen = False
+        self.iteration_first_round = self.rounds_sent
+        sums_row = torch.cat([t.detach().reshape(-1).to(torch.float64) for t in sums.values()])
+        gather_row = torch.cat([t.detach().reshape(-1).to(torch.float64) for t in gather.values()])
+        payload = pack64(torch.cat([sums_row, gather_row]))
+        self._up(STATS, payload, iteration=self._iteration, nsums=sums_row.numel())
+        _, reply = self._receive(STATS_REPLY)
+        total = unpack64(reply[: 2 * sums_row.numel()])
+        out, offset = Agreed(), 0
+        for name, t in sums.items():
+            out.sums[name] = total[offset : offset + t.numel()].view(t.shape).to(t.device)
+            offset += t.numel()
+        for name, t in gather.items():
+            out.gathered[name] = t.detach().to(torch.float64).unsqueeze(0)
+        return out
+
+    _iteration = 0
+
+    def heartbeat(self, iteration: int) -> None:
+        self._iteration = iteration
+        super().heartbeat(iteration)
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
+        """Worker: its checkpoint state goes to the server as words (not collective: a dead
+        worker cannot block a checkpoint)."""
+        self._up(STATE, bytes_payload(obj), iteration=self._iteration + 1)
+        return None
+
+    def verify_replicas(self, module: nn.Module) -> None:
+        """The server's parameters are authoritative; workers may hold older versions (ASP,
+        BAP), so there is nothing to compare."""
+
+    def finish(self) -> None:
+        """Worker: say DONE and wait for the server's BYE (its last parameters arrive first)."""
+        self._up(DONE, torch.zeros(1), iteration=self._iteration + 1)
+        self._receive(BYE)
+
+    # ---- server side -------------------------------------------------------------------------
+    def serve(
+        self,
+        on_stats: Callable[[torch.Tensor, dict[int, torch.Tensor], int], None],
+        start_iteration: int = 0,
+    ) -> Iterator[ServerEvent]:
+        """The server loop; yields an event per completed iteration and per checkpoint.
+
+        ``on_stats(summed_sums, {worker: gathered row}, nsums)`` lets the runner merge the
+        normalizer and keep episode windows."""
+        return _ServerLoop(self, on_stats, start_iteration).run()
+
+
+@dataclass
+class ServerEvent:
+    kind: str  # "iteration" or "checkpoint"
+    iteration: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+    states: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Round:
+    opened: float
+    grads: dict[int, tuple[torch.Tensor, int, int]] = field(default_factory=dict)
+
+
+class _ServerLoop:
+    def __init__(self, ps: ParameterServer, on_stats, start_iteration: int):
+        self.ps, self.on_stats = ps, on_stats
+        self.mode, self.learner = ps.mode, ps.learner
+        self.live = set(ps.workers)
+        now = time.perf_counter()
+        self.last_seen = dict.fromkeys(self.live, now)
+        self.started = now
+        self.completed = dict.fromkeys(self.live, start_iteration)  # iterations finished
+        self.done: set[int] = set()
+        self.parts: dict[int, list[torch.Tensor]] = {w: [] for w in self.live}
+        self.rounds: dict[int, _Round] = {}
+        self.next_round = dict.fromkeys(self.live, 0)  # per worker: its next gradient's round
+        self.closed = 0  # rounds < closed are finished (BSP/BAP)
+        self.stats_round: dict[int, tuple[torch.Tensor, int]] = {}
+        self.pending: dict[int, torch.Tensor] = {}  # async: sums not yet sent to each worker
+        self.states: dict[int, dict[int, Any]] = {}
+        self.iteration = min(self.completed.values())
+        self.messages: list[str] = []
+        self.acc = self._fresh()
+
+    def _fresh(self) -> dict[str, Any]:
+        return {
+            "steps": 0,
+            "skipped": 0,
+            "stopped": 0,
+            "sums": [0.0] * 5,
+            "staleness": [],
+            "dropped": 0,
+            "wait": 0.0,
+            "t0": time.perf_counter(),
+        }
+
+    # ---- main loop ---------------------------------------------------------------------------
+    def run(self) -> Iterator[ServerEvent]:
+        ps = self.ps
+        while self.live - self.done:
+            deadline = self._deadline()
+            t0 = time.perf_counter()
+            got = ps.inbox.get(deadline - t0)
+            self.acc["wait"] += time.perf_counter() - t0
+            if got is None:
+                self._on_silence()
+                continue
+            worker, msg = got
+            if isinstance(msg, Exception):
+                self._lost(worker, f"its connection failed: {str(msg).splitlines()[0]}")
+                continue
+            self.last_seen[worker] = time.perf_counter()
+            if worker not in self.live:
+                continue
+            yield from self._handle(worker, msg)
+        for w in sorted(self.live):
+            ps._down(w, BYE, torch.zeros(1))
+
+    def _deadline(self) -> float:
+        now = time.perf_counter()
+        d = now + min(self.ps.timeout, 1.0)
+        if self.mode == "bap" and self.rounds:
+            oldest = min(r.opened for k, r in self.rounds.items() if k >= self.closed)
+            d = min(d, oldest + self.ps.cfg.dist.ps.lifetime)
+        return d
+
+    def _on_silence(self) -> None:
+        now = time.perf_counter()
+        if self.mode == "bap":
+            for k in sorted(self.rounds):
+                if k >= self.closed and now - self.rounds[k].opened > self.ps.cfg.dist.ps.lifetime:
+                    self._close_round(k)
+        for w in sorted(self.live - self.done):
+            silent = now - self.last_seen[w]
+            if silent > self.ps.timeout:
+                self._lost(w, f"it sent nothing for {silent:.1f} s (--dist.timeout)")
+
+    def _lost(self, worker: int, why: str) -> None:
+        if worker not in self.live:
+            return
+        it = self.completed.get(worker, 0)
+        if self.mode == "bsp":
+            raise PeerFailure(
+                f"rank 0/{self.ps.world_size} (parameter server, ps-bsp): worker rank {worker} "
+                f"lost at iteration {it}: {why}. BSP needs every worker; ps-asp and ps-bap go "
+                f"on without it"
+            )
+        self.live.discard(worker)
+        self.ps_message(
+            f"parameter server: dropped worker rank {worker} (last seen at iteration {it}): "
+            f"{why}; training goes on with ranks {sorted(self.live)}"
+        )
+        if not self.live:
+            raise PeerFailure("parameter server: every worker was lost")
+        # rounds and statistics no longer wait for it
+        for k in sorted(self.rounds):
+            if k >= self.closed and set(self.rounds[k].grads) >= self.live - self.done:
+                self._close_round(k)
+        self._maybe_reply_stats()
+
+    def ps_message(self, text: str) -> None:
+        self.messages.append(text)
+
+    # ---- messages ----------------------------------------------------------------------------
+    def _handle(self, worker: int, msg: torch.Tensor) -> Iterator[ServerEvent]:
+        head = msg[:UP_HEADER]
+        payload = msg[UP_HEADER : UP_HEADER + int(head[8])]
+        kind, part, parts = int(head[0]), int(head[5]), int(head[6])
+        if parts > 1:
+            self.parts[worker].append(payload)
+            if part < parts - 1:
+                return
+            payload = torch.cat(self.parts[worker])
+            self.parts[worker] = []
+        if kind == GRAD:
+            self._on_grad(worker, payload, version=int(head[2]), samples=int(head[4]))
+        elif kind == STATS:
+            it = int(head[3])
+            yield from self._advance(worker, it)
+            self._on_stats(worker, payload, nsums=int(head[7]))
+        elif kind == STATE:
+            it = int(head[3])
+            self.states.setdefault(it, {})[worker] = from_bytes_payload(payload)
+            yield from self._maybe_checkpoint()
+        elif kind == DONE:
+            self.done.add(worker)
+            yield from self._advance(worker, int(head[3]))
+            # rounds and stats no longer wait for a finished worker
+            for k in sorted(self.rounds):
+                if k >= self.closed and set(self.rounds[k].grads) >= self.live - self.done:
+                    self._close_round(k)
+            yield from self._maybe_checkpoint()
+
+    def _advance(self, worker: int, completed: int) -> Iterator[ServerEvent]:
+        self.completed[worker] = completed
+        current = min(self.completed[w] for w in self.live) if self.live else completed
+        while self.iteration < current:
+            self.iteration += 1
+            yield ServerEvent("iteration", self.iteration, self._metrics())
+
+    def _maybe_checkpoint(self) -> Iterator[ServerEvent]:
+        for it in sorted(self.states):
+            if set(self.states[it]) >= self.live:
+                yield ServerEvent("checkpoint", it, states=self.states.pop(it))
+
+    # ---- statistics --------------------------------------------------------------------------
+    def _on_stats(self, worker: int, payload: torch.Tensor, nsums: int) -> None:
+        row = unpack64(payload)
+        if self.mode == "bsp":
+            self.stats_round[worker] = (row, nsums)
+            self._maybe_reply_stats()
+            return
+        sums = row[:nsums]
+        self.on_stats(sums, {worker: row[nsums:]}, nsums)
+        for w in self.live:
+            self.pending[w] = self.pending[w] + sums if w in self.pending else sums.clone()
+        reply, self.pending[worker] = self.pending[worker], torch.zeros_like(sums)
+        self.ps._down(worker, STATS_REPLY, pack64(reply))
+
+    def _maybe_reply_stats(self) -> None:
+        waiting = self.live - self.done
+        if self.mode != "bsp" or not self.stats_round or set(self.stats_round) < waiting:
+            return
+        workers = sorted(self.stats_round)
+        nsums = self.stats_round[workers[0]][1]
+        total = self.stats_round[workers[0]][0][:nsums].clone()
+        for w in workers[1:]:
+            total += self.stats_round[w][0][:nsums]
+        self.on_stats(total, {w: self.stats_round[w][0][nsums:] for w in workers}, nsums)
+        for w in workers:
+            self.ps._down(w, STATS_REPLY, pack64(total))
+        self.stats_round = {}
+
+    # ---- gradients ---------------------------------------------------------------------------
+    def _on_grad(self, worker: int, flat: torch.Tensor, version: int, samples: int) -> None:
+        n = self.ps.num_grad + 6
+        if self.mode == "asp":
+            staleness = self.ps.version - version
+            self.acc["staleness"].append(staleness)
+            scale = 1.0 / (staleness + 1) if self.ps.cfg.dist.ps.staleness_lr else 1.0
+            decision = self._decide(flat[:n], lr_scale=scale)
+            self.ps.version += 1
+            self.ps._down(worker, PARAMS, self.learner.flat_param.data, decision)
+            return
+        k = self.next_round[worker]
+        self.next_round[worker] = k + 1
+        if k < self.closed:  # BAP: this round was closed by its lifetime
+            self.acc["dropped"] += 1
+            return
+        rnd = self.rounds.setdefault(k, _Round(time.perf_counter()))
+        rnd.grads[worker] = (flat[:n].clone(), samples, version)
+        if set(rnd.grads) >= self.live - self.done and k == self.closed:
+            self._close_round(k)
+            # later rounds that were already complete close in order
+            while self.closed in self.rounds and (
+                set(self.rounds[self.closed].grads) >= self.live - self.done
+            ):
+                self._close_round(self.closed)
+
+    def _close_round(self, k: int) -> None:
+        """Average the round's gradients, decide and step, and send every live worker the new
+        parameters (BSP, BAP). Rounds close in order."""
+        while self.closed <= k:
+            rnd = self.rounds.pop(self.closed, None)
+            self.closed += 1
+            if rnd is None or not rnd.grads:
+                continue
+            workers = sorted(rnd.grads)
+            counts = [rnd.grads[w][1] for w in workers]
+            flat = rnd.grads[workers[0]][0].clone()
+            if len(set(counts)) == 1:  # equal samples: sum then divide, as allreduce does
+                for w in workers[1:]:
+                    flat += rnd.grads[w][0]
+                if len(workers) > 1:
+                    flat.div_(len(workers))
+            else:  # sample-weighted mean
+                flat.mul_(counts[0])
+                for w, c in zip(workers[1:], counts[1:], strict=True):
+                    flat.add_(rnd.grads[w][0], alpha=c)
+                flat.div_(sum(counts))
+            for w in workers:
+                self.acc["staleness"].append(self.ps.version - rnd.grads[w][2])
+            decision = self._decide(flat)
+            self.ps.version += 1
+            for w in sorted(self.live - self.done):
+                self.ps._down(w, PARAMS, self.learner.flat_param.data, decision)
+
+    def _decide(self, flat: torch.Tensor, lr_scale: float = 1.0) -> Decision:
+        """The learner decides from the combined tail and steps; ``lr_scale`` shrinks this one
+        step only (ASP's staleness-aware LR), leaving the LR state untouched."""
+        learner = self.learner
+        learner.flat.copy_(flat)
+        decision = learner.decide(learner.flat)
+        if decision.action == "step":
+            groups = learner.optimizer.param_groups
+            for g in groups:
+                g["lr"] = learner.lr * lr_scale
+            learner.apply()
+            for g in groups:
+                g["lr"] = learner.lr
+            self.acc["steps"] += 1
+            self.acc["sums"] = [
+                a + b for a, b in zip(self.acc["sums"], decision.stats, strict=True)
+            ]
+        elif decision.action == "skip":
+            self.acc["skipped"] += 1
+        else:
+            self.acc["stopped"] += 1
+        self.ps.lr = learner.lr
+        return decision
+
+    # ---- what the server logs ----------------------------------------------------------------
+    def _metrics(self) -> dict[str, Any]:
+        acc, now = self.acc, time.perf_counter()
+        steps = max(acc["steps"], 1)
+        names = ("approx_kl", "loss/policy", "loss/value", "loss/entropy", "clipfrac")
+        st = acc["staleness"]
+        out: dict[str, Any] = {k: v / steps for k, v in zip(names, acc["sums"], strict=True)}
+        out |= {
+            "lr": self.ps.lr,
+            "train/updates": acc["steps"],
+            "train/skipped_updates": acc["skipped"],
+            "train/early_stop": float(acc["stopped"] > 0),
+            "dist/version": self.ps.version,
+            "dist/staleness_mean": sum(st) / len(st) if st else 0.0,
+            "dist/staleness_max": max(st) if st else 0,
+            "dist/dropped": acc["dropped"],
+            "dist/server_wait": acc["wait"],
+            "dist/workers": len(self.live),
+            "time/iteration": now - acc["t0"],
+            "worker_iterations": dict(self.completed),
+        }
+        if self.messages:
+            out["messages"] = list(self.messages)
+            self.messages.clear()
+        self.acc = self._fresh()
+        return out

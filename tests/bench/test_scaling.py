@@ -7,7 +7,9 @@ import csv
 import pytest
 
 from distrl.bench.cli import bench_main
-from distrl.bench.scaling import SUMMARY_COLUMNS, parse_ints, per_rank_envs, run_stats
+from distrl.bench.common import parse_ints
+from distrl.bench.runs import per_rank_envs
+from distrl.bench.scaling import SUMMARY_COLUMNS, run_stats
 
 
 def _read(path):

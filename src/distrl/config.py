@@ -53,7 +53,9 @@ class AgentConfig:
     lr_schedule: Literal["constant", "linear", "adaptive"] = "adaptive"
     """constant; linear decay to 0 over max_iterations; adaptive: KL-driven (rsl_rl rule)."""
     desired_kl: float = 0.01
-    """Adaptive schedule: halve-ish the LR above 2x this KL, raise it below half."""
+    """Adaptive schedule (rsl_rl's rule), driven by the approx KL averaged over all ranks: the LR
+    is divided by 1.5 when KL > 2 x desired_kl and multiplied by 1.5 when 0 < KL < desired_kl / 2,
+    then clamped to [lr_min, lr_max] = [1e-5, 1e-2]; in between it stays."""
     target_kl: float | None = None
     """Stop the epoch loop of an iteration once the (global) approx KL exceeds this."""
     gamma: float = 0.99
@@ -71,7 +73,9 @@ class AgentConfig:
     max_grad_norm: float = 1.0
     """Global gradient norm clip (after averaging across ranks)."""
     norm_adv: bool = True
-    """Normalize advantages per minibatch-set with global mean/std."""
+    """Normalize advantages to (A - mean) / (std + 1e-8) with the mean and std of the whole global
+    batch (every rank's rollout together), once per iteration before the epochs; not per
+    minibatch."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
     save_interval: int = 50

@@ -80,6 +80,10 @@ class AgentConfig:
     """Adam epsilon."""
     save_interval: int = 50
     """Write a checkpoint every this many iterations (and always at the end)."""
+    keep_checkpoints: int | None = None
+    """Keep only the newest N checkpoints, deleting older ones (and their manifests) after each
+    save; the newest checkpoint that verifies is never deleted, even when newer ones are corrupt.
+    None keeps every checkpoint."""
     max_consecutive_skips: int = 10
     """Stop with an error after this many consecutive updates skipped for non-finite values."""
 
@@ -205,6 +209,11 @@ def validate(cfg: TrainConfig, known_tasks: list[str] | None = None) -> TrainCon
                 f"is below 2 (advantage std and the update need at least 2 samples); raise "
                 f"--env.num-envs or --agent.num-steps, or lower --agent.num-minibatches"
             )
+    if a.keep_checkpoints is not None and a.keep_checkpoints < 1:
+        errors.append(
+            f"--agent.keep-checkpoints must be 1 or more, got {a.keep_checkpoints}; it is how "
+            f"many of the newest checkpoints to keep (leave it unset to keep them all)"
+        )
     if a.target_kl is not None and a.target_kl <= 0:
         errors.append(f"--agent.target-kl must be positive or None, got {a.target_kl}")
     if errors:

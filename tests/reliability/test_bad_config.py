@@ -44,6 +44,12 @@ TABLE = [
         {},
     ),
     (
+        "keep-no-checkpoints",
+        ["cartpole", "--agent.keep-checkpoints", "0"],
+        ["--agent.keep-checkpoints must be 1 or more, got 0", "leave it unset to keep them all"],
+        {},
+    ),
+    (
         "minibatch-below-2",
         [
             "cartpole",

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import random
+import re
 import shlex
 
 import numpy as np
@@ -23,7 +24,10 @@ from distrl.checkpoint import (
     checkpoint_path,
     config_hash,
     find_latest_valid,
+    list_checkpoints,
     load_checkpoint,
+    prune_checkpoints,
+    remove_stale_temporaries,
     resolve_resume,
     restore_rng_state,
     save_checkpoint,
@@ -248,6 +252,96 @@ def test_killed_save_leaves_temp_files_that_discovery_ignores(tmp_path):
     path, skipped = find_latest_valid(tmp_path)
     assert path == checkpoint_path(tmp_path, 1)
     assert skipped == []
+
+
+def _kill_save_at(tmp_path, monkeypatch, iteration: int, suffix: str) -> None:
+    """Run a save that dies when it renames its ``suffix`` file, leaving that temp file behind
+    as a SIGKILL would (the clean-failure tidy-up, ``unlink``, is disabled)."""
+    real_replace = os.replace
+
+    def die_at(src, dst):
+        if str(dst).endswith(suffix):
+            raise OSError("killed")
+        real_replace(src, dst)
+
+    with monkeypatch.context() as m:
+        m.setattr(ck.os, "replace", die_at)
+        m.setattr(type(tmp_path), "unlink", lambda self, missing_ok=False: None)
+        with pytest.raises(OSError, match="killed"):
+            save_checkpoint(tmp_path, iteration, _state(iteration), _meta())
+
+
+def test_remove_stale_temporaries_removes_what_killed_saves_left(tmp_path, monkeypatch):
+    save_checkpoint(tmp_path, 1, _state(1), _meta())
+    _kill_save_at(tmp_path, monkeypatch, 2, ".pt")  # died writing the data file
+    _kill_save_at(tmp_path, monkeypatch, 3, ".json")  # data landed, died writing the manifest
+    temps = sorted(p for p in tmp_path.iterdir() if p.name.startswith(".tmp-"))
+    pid = os.getpid()
+    assert [re.sub(r"\.[0-9a-f]{8}$", ".HEX", p.name) for p in temps] == [
+        f".tmp-ckpt_00000002.pt.{pid}.HEX",
+        f".tmp-ckpt_00000003.json.{pid}.HEX",
+    ]
+    (tmp_path / ".tmp-notes.txt").write_text("not ours")
+    (tmp_path / ".tmp-ckpt_dir").mkdir()
+
+    assert remove_stale_temporaries(tmp_path) == temps
+    assert not any(p.exists() for p in temps)
+    assert (tmp_path / ".tmp-notes.txt").exists() and (tmp_path / ".tmp-ckpt_dir").is_dir()
+    assert find_latest_valid(tmp_path)[0] == checkpoint_path(tmp_path, 1)
+    assert remove_stale_temporaries(tmp_path) == []
+    assert remove_stale_temporaries(tmp_path / "missing") == []
+
+
+def _names(directory) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_prune_keeps_the_newest_and_deletes_manifests_too(tmp_path):
+    for it in (1, 2, 3, 4, 5):
+        save_checkpoint(tmp_path, it, _state(it), _meta())
+    removed = prune_checkpoints(tmp_path, 2)
+    assert removed == [checkpoint_path(tmp_path, it) for it in (3, 2, 1)]
+    assert _names(tmp_path) == [
+        "ckpt_00000004.json",
+        "ckpt_00000004.pt",
+        "ckpt_00000005.json",
+        "ckpt_00000005.pt",
+    ]
+    assert prune_checkpoints(tmp_path, 2) == [] and prune_checkpoints(tmp_path, 10) == []
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="keep must be a positive int"):
+            prune_checkpoints(tmp_path, bad)
+
+
+def test_prune_never_removes_the_newest_valid_checkpoint(tmp_path):
+    for it in (1, 2, 3, 4, 5):
+        save_checkpoint(tmp_path, it, _state(it), _meta())
+    newest = checkpoint_path(tmp_path, 5)
+    newest.write_bytes(newest.read_bytes()[:100])  # truncated
+    ck.manifest_path(checkpoint_path(tmp_path, 4)).unlink()  # unfinished save
+
+    removed = prune_checkpoints(tmp_path, 2)
+    assert removed == [checkpoint_path(tmp_path, it) for it in (2, 1)]
+    assert list_checkpoints(tmp_path) == [checkpoint_path(tmp_path, it) for it in (5, 4, 3)]
+    assert find_latest_valid(tmp_path)[0] == checkpoint_path(tmp_path, 3)
+    load_checkpoint(checkpoint_path(tmp_path, 3))
+
+
+def test_save_with_keep_prunes_after_each_save(tmp_path):
+    for it in range(1, 7):
+        save_checkpoint(tmp_path, it, _state(it), _meta(), keep=2)
+        assert len(list_checkpoints(tmp_path)) == min(it, 2)
+    assert list_checkpoints(tmp_path) == [checkpoint_path(tmp_path, it) for it in (6, 5)]
+    assert len(list(tmp_path.glob("*.json"))) == 2
+    # an older iteration saved again (a resume from an older checkpoint) survives its own save
+    path = save_checkpoint(tmp_path, 3, _state(3), _meta(), keep=1)
+    assert list_checkpoints(tmp_path) == [checkpoint_path(tmp_path, 6), path]
+
+
+def test_save_with_bad_keep_writes_nothing(tmp_path):
+    with pytest.raises(ValueError, match="keep must be a positive int"):
+        save_checkpoint(tmp_path, 1, _state(1), _meta(), keep=0)
+    assert _names(tmp_path) == []
 
 
 def test_resave_same_iteration(tmp_path):

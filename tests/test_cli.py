@@ -6,51 +6,19 @@ imports); one runs the installed console script to prove the entry points exist 
 
 from __future__ import annotations
 
-import random
 import re
 import shlex
 import subprocess
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
-from distrl import cli
 from distrl.config import EnvConfig
 from distrl.envs.registry import default_config
+from tests.helpers import BIN, run_main, tiny_train_args
 
 pytestmark = pytest.mark.timeout(60)
 
-BIN = Path(sys.executable).parent
-SMALL = shlex.split(
-    "--env.num-envs 32 --agent.num-steps 8 --agent.num-epochs 2 --threads 1 --progress False "
-    "--tensorboard False"
-)
-
-
-@pytest.fixture(autouse=True)
-def _wide_console_and_clean_globals(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "500")  # rich wraps lines at the console width
-    threads, rng = torch.get_num_threads(), torch.get_rng_state()
-    np_state, py_state = np.random.get_state(), random.getstate()
-    yield
-    torch.set_num_threads(threads)
-    torch.set_rng_state(rng)
-    np.random.set_state(np_state)
-    random.setstate(py_state)
-
-
-def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
-    """``distrl <argv>`` in process: (exit code, stdout, stderr); SystemExit becomes a code."""
-    capsys.readouterr()
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+SMALL = tiny_train_args(32)
 
 
 def test_list_console_script_prints_builtin_tasks():

@@ -8,7 +8,6 @@ RNG and thread count back afterwards so nothing leaks into other tests.
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -19,24 +18,14 @@ import torch
 from distrl import checkpoint as ckpt
 from distrl.cli import parse_train_args, run_training
 from distrl.telemetry import read_metrics
-from tests.reliability.workers import assert_same
+from tests.helpers import assert_same, final_state, tiny_train_args
 
-SMALL = shlex.split(
-    "--env.num-envs 32 --agent.num-steps 8 --agent.num-epochs 2 --threads 1 --progress False "
-    "--tensorboard False"
-)
+SMALL = tiny_train_args(32)
 
 
 def train(run_dir: Path, *extra: str) -> dict:
     cfg = parse_train_args(["cartpole", *SMALL, "--run-dir", str(run_dir), *extra])
     return run_training(cfg)
-
-
-def final_state(run_dir: Path, iteration: int) -> dict:
-    path = ckpt.checkpoint_path(run_dir / "checkpoints", iteration)
-    state, manifest = ckpt.load_checkpoint(path)
-    assert manifest["iteration"] == iteration
-    return state
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,11 @@ A checkpoint is two files in one directory:
 Both are written atomically (temp file in the same directory, flush, fsync, ``os.replace``,
 fsync the directory), the manifest strictly after the data file. A data file without a manifest
 is therefore an unfinished save and is never loaded. Temp files start with ``.tmp-`` so that the
-discovery glob ``ckpt_[0-9]*.pt`` never sees them.
+discovery glob ``ckpt_[0-9]*.pt`` never sees them; a killed save leaves them behind, and
+``remove_stale_temporaries`` deletes them when no save can be running.
+
+``prune_checkpoints`` (or ``save_checkpoint(..., keep=N)``) keeps the newest N checkpoints and
+deletes older ones, but never the newest one that verifies, so a resume always has one left.
 
 Loading verifies before unpickling: size and sha256 against the manifest (a flipped byte inside a
 tensor's storage loads fine with ``torch.load`` alone and silently corrupts the policy), then
@@ -46,6 +50,8 @@ CHECKPOINT_GLOB = "ckpt_[0-9]*.pt"
 
 _NAME_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 _TMP_PREFIX = ".tmp-"
+# What _atomic_write names the temporaries of a checkpoint and of its manifest.
+_TMP_RE = re.compile(r"^\.tmp-ckpt_\d+\.(pt|json)\.\d+\.[0-9a-f]+$")
 # Keys this module owns in the manifest; runner metadata may not shadow them.
 _MANIFEST_KEYS = ("file", "sha256", "size", "schema_version", "iteration")
 
@@ -121,10 +127,15 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _temp_path(path: Path) -> Path:
+    """``.tmp-<name>.<pid>.<8 hex digits>`` next to ``path`` (matched by ``_TMP_RE``)."""
+    # Same directory as the target: os.replace is only atomic within one filesystem.
+    return path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+
+
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write ``path`` so that readers see the old file, or the new one complete, never half."""
-    # Same directory as the target: os.replace is only atomic within one filesystem.
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    tmp = _temp_path(path)
     try:
         with open(tmp, "wb") as f:
             write(f)
@@ -138,16 +149,22 @@ def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     _fsync_dir(path.parent)
 
 
-def save_checkpoint(directory: Path, iteration: int, state: dict, meta: dict) -> Path:
+def save_checkpoint(
+    directory: Path, iteration: int, state: dict, meta: dict, keep: int | None = None
+) -> Path:
     """Write ``state`` as checkpoint ``iteration`` in ``directory``; return the data file path.
 
     ``meta`` (JSON-serialisable) goes into the manifest next to file, sha256, size,
     schema_version and iteration. The runner passes config, config_hash, world_size, env_steps
     and task. ``state`` should hold only what ``torch.load(weights_only=True)`` accepts:
     tensors, dicts, lists, tuples, str, int, float, bool, None (see ``capture_rng_state``).
+
+    With ``keep``, once the save has succeeded, older checkpoints beyond the newest ``keep`` are
+    deleted as by ``prune_checkpoints``; the one just written is never among them.
     """
     if not isinstance(iteration, int) or iteration < 0:
         raise ValueError(f"iteration must be a non-negative int, got {iteration!r}")
+    _check_keep(keep)
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict, got {type(state).__name__}")
     clash = sorted(set(meta) & set(_MANIFEST_KEYS))
@@ -180,7 +197,78 @@ def save_checkpoint(directory: Path, iteration: int, state: dict, meta: dict) ->
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     _atomic_write(manifest_file, lambda f: f.write(text.encode()))
+    if keep is not None:
+        _prune(directory, keep, just_saved=path)
     return path
+
+
+# ------------------------------------------------------------------------------- cleanup
+
+
+def remove_stale_temporaries(directory: Path) -> list[Path]:
+    """Delete the ``.tmp-ckpt_*`` files a killed save left in ``directory``; return them.
+
+    Only names that ``save_checkpoint`` gives its temporaries are touched. Call it when no save
+    can be running in ``directory`` (at the start of a run, before its first save): a running
+    save's temporary looks the same as a dead one's.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = sorted(
+        p for p in directory.glob(f"{_TMP_PREFIX}ckpt_*") if _TMP_RE.match(p.name) and p.is_file()
+    )
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
+
+
+def prune_checkpoints(directory: Path, keep: int) -> list[Path]:
+    """Delete the checkpoints of ``directory`` beyond the newest ``keep`` (by iteration), each
+    with its manifest; return the deleted data files, newest first.
+
+    The newest checkpoint that verifies (``find_latest_valid``'s answer) is never deleted: when
+    the newest ``keep`` are corrupt or unfinished it survives outside them, so that a resume
+    still has something to continue from. Verification stops at the first valid checkpoint,
+    newest first; usually that is the newest, the only one read.
+    """
+    _check_keep(keep)
+    return _prune(Path(directory), keep, just_saved=None)
+
+
+def _check_keep(keep: int | None) -> None:
+    if keep is not None and (not isinstance(keep, int) or keep < 1):
+        raise ValueError(f"keep must be a positive int or None, got {keep!r}")
+
+
+def _prune(directory: Path, keep: int, just_saved: Path | None) -> list[Path]:
+    found = list_checkpoints(directory)
+    if len(found) <= keep:
+        return []
+    spared = {*found[:keep], _newest_valid(found, just_saved), just_saved}
+    removed = []
+    for path in found[keep:]:
+        if path in spared:
+            continue
+        # Data first: a crash in between leaves a manifest without data, which discovery (it
+        # starts from the data files) never sees; the other order would leave an unfinished save.
+        path.unlink(missing_ok=True)
+        manifest_path(path).unlink(missing_ok=True)
+        removed.append(path)
+    return removed
+
+
+def _newest_valid(found: list[Path], known_valid: Path | None) -> Path | None:
+    """First of ``found`` (newest first) that verifies; ``known_valid`` is taken as valid."""
+    for path in found:
+        if path == known_valid:
+            return path
+        try:
+            verify_checkpoint(path)
+        except CheckpointError:
+            continue
+        return path
+    return None
 
 
 # ------------------------------------------------------------------------------------ load

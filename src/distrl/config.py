@@ -54,7 +54,9 @@ class AgentConfig:
     lr_schedule: Literal["constant", "linear", "adaptive"] = "adaptive"
     """constant; linear decay to 0 over max_iterations; adaptive: KL-driven (rsl_rl rule)."""
     desired_kl: float = 0.01
-    """Adaptive schedule: halve-ish the LR above 2x this KL, raise it below half."""
+    """Adaptive schedule (rsl_rl's rule), driven by the approx KL averaged over all ranks: the LR
+    is divided by 1.5 when KL > 2 x desired_kl and multiplied by 1.5 when 0 < KL < desired_kl / 2,
+    then clamped to [lr_min, lr_max] = [1e-5, 1e-2]; in between it stays."""
     target_kl: float | None = None
     """Stop the epoch loop of an iteration once the (global) approx KL exceeds this."""
     gamma: float = 0.99
@@ -72,11 +74,17 @@ class AgentConfig:
     max_grad_norm: float = 1.0
     """Global gradient norm clip (after averaging across ranks)."""
     norm_adv: bool = True
-    """Normalize advantages per minibatch-set with global mean/std."""
+    """Normalize advantages to (A - mean) / (std + 1e-8) with the mean and std of the whole global
+    batch (every rank's rollout together), once per iteration before the epochs; not per
+    minibatch."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
     save_interval: int = 50
     """Write a checkpoint every this many iterations (and always at the end)."""
+    keep_checkpoints: int | None = None
+    """Keep only the newest N checkpoints, deleting older ones (and their manifests) after each
+    save; the newest checkpoint that verifies is never deleted, even when newer ones are corrupt.
+    None keeps every checkpoint."""
     max_consecutive_skips: int = 10
     """Stop with an error after this many consecutive updates skipped for non-finite values."""
 
@@ -257,6 +265,11 @@ def validate(cfg: TrainConfig, known_tasks: list[str] | None = None) -> TrainCon
     if ps.staleness < 1:
         errors.append(f"--dist.ps.staleness must be 1 or more, got {ps.staleness}; 1 = BSP")
     _positive(errors, "--dist.ps.lifetime", ps.lifetime, "use e.g. 5 (seconds)")
+    if a.keep_checkpoints is not None and a.keep_checkpoints < 1:
+        errors.append(
+            f"--agent.keep-checkpoints must be 1 or more, got {a.keep_checkpoints}; it is how "
+            f"many of the newest checkpoints to keep (leave it unset to keep them all)"
+        )
     if a.target_kl is not None and a.target_kl <= 0:
         errors.append(f"--agent.target-kl must be positive or None, got {a.target_kl}")
     if errors:

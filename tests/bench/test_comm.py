@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import csv
-
 import numpy as np
 import pytest
 
 from distrl.bench.comm import DEFAULT_SIZES, buckets, fit_alpha_beta
+from tests.helpers import read_csv
 
 ALPHA, BETA = 50e-6, 1 / 5e9  # 50 us, 5 GB/s
 
@@ -58,13 +57,11 @@ def test_comm_command_tiny(tmp_path):
         ]
     )
     assert code == 0
-    with (out / "fit.csv").open() as f:
-        fit = next(csv.DictReader(f))
+    fit = read_csv(out / "fit.csv")[0]
     assert {"alpha_s", "beta_s_per_byte", "latency_us", "bandwidth_gbps", "alpha_link_s"} <= set(
         fit
     )
-    with (out / "gradsync.csv").open() as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(out / "gradsync.csv")
     assert sorted({r["method"] for r in rows}) == ["bucketed", "flat", "per-tensor"]
     assert len({r["model"] for r in rows}) == 2
     assert (out / "comm.png").exists() and (out / "allreduce.csv").exists()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-
 import pytest
 
 from distrl.bench.project import (
@@ -16,6 +14,7 @@ from distrl.bench.project import (
     ring_link_params,
     validate_rows,
 )
+from tests.helpers import write_csv
 
 P = ModelInputs(
     t_rollout=0.010,
@@ -71,13 +70,6 @@ def test_ring_link_params_invert_the_fit():
         ring_link_params(1e-5, 1e-9, 1)
 
 
-def _write(path, rows):
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-
-
 def test_project_command_from_made_up_summary(tmp_path):
     scaling = tmp_path / "scaling"
     scaling.mkdir()
@@ -94,7 +86,7 @@ def test_project_command_from_made_up_summary(tmp_path):
         "cpu": "none",
         "note": "",
     }
-    _write(
+    write_csv(
         scaling / "summary.csv",
         [
             {**base, "W": 1, "t_iter": 0.030, "t_comm": 0.0, "fps_mean": 1000 / 0.030},

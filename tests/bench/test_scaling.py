@@ -7,12 +7,10 @@ import csv
 import pytest
 
 from distrl.bench.cli import bench_main
-from distrl.bench.scaling import SUMMARY_COLUMNS, parse_ints, per_rank_envs, run_stats
-
-
-def _read(path):
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+from distrl.bench.common import parse_ints
+from distrl.bench.runs import per_rank_envs
+from distrl.bench.scaling import SUMMARY_COLUMNS, run_stats
+from tests.helpers import read_csv
 
 
 @pytest.mark.timeout(150)
@@ -41,7 +39,7 @@ def test_scaling_writes_csv_schema_and_plot(tmp_path):
     with (out / "summary.csv").open(newline="") as f:
         header = next(csv.reader(f))
     assert header[: len(SUMMARY_COLUMNS)] == SUMMARY_COLUMNS
-    summary = _read(out / "summary.csv")
+    summary = read_csv(out / "summary.csv")
     assert [int(r["W"]) for r in summary] == [1, 2]
     w1, w2 = summary
     assert float(w1["speedup"]) == pytest.approx(1.0)
@@ -52,7 +50,7 @@ def test_scaling_writes_csv_schema_and_plot(tmp_path):
     fps2 = float(w2["fps_mean"])
     assert float(w2["efficiency"]) == pytest.approx(fps2 / (2 * float(w1["fps_mean"])))
     assert float(w2["efficiency_vs_ceiling"]) == pytest.approx(fps2 / float(w2["ceiling_fps"]))
-    kinds = sorted((int(r["W"]), r["kind"]) for r in _read(out / "per_run.csv"))
+    kinds = sorted((int(r["W"]), r["kind"]) for r in read_csv(out / "per_run.csv"))
     assert kinds == [(1, "distributed"), (2, "ceiling"), (2, "distributed")]
     assert (out / "plots.png").stat().st_size > 0
 

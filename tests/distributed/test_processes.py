@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,13 +16,10 @@ import torch
 from distrl import checkpoint as ckpt
 from tests.distributed.harness import _child, expect_ok, free_port, run_ranks
 from tests.distributed.workers import learn_params, run_cli, train_with_fault
+from tests.helpers import BIN, tiny_train_args
 
-BIN = Path(sys.executable).parent
 NUM_ENVS, NUM_STEPS, ITERS = 32, 8, 3
-SMALL = (
-    f"--env.num-envs {NUM_ENVS} --agent.num-steps {NUM_STEPS} --agent.num-epochs 2 "
-    "--threads 1 --progress False --tensorboard False"
-).split()
+SMALL = tiny_train_args(NUM_ENVS, NUM_STEPS)
 
 
 def check_one_run_dir(cwd: Path, run_dir: Path, out: str) -> None:

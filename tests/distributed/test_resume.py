@@ -3,23 +3,17 @@ must restore every rank's own state (envs, RNG, observations), not only rank 0's
 
 from __future__ import annotations
 
-import shlex
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 
-from distrl import checkpoint as ckpt
 from distrl.telemetry import read_metrics
 from tests.distributed.workers import run_cli
+from tests.helpers import BIN, assert_same, final_state, tiny_train_args
 
-BIN = Path(sys.executable).parent
-SMALL = shlex.split(
-    "--env.num-envs 16 --agent.num-steps 8 --agent.num-epochs 2 --agent.save-interval 2 "
-    "--threads 1 --progress False --tensorboard False"
-)
+SMALL = tiny_train_args(16, save_interval=2)
 
 
 def train(run_dir: Path, iterations: int, *extra: str) -> str:
@@ -29,27 +23,6 @@ def train(run_dir: Path, iterations: int, *extra: str) -> str:
     print(f"{' '.join(cmd[1:])}: {secs:.1f} s")
     assert code == 0, out + err
     return out
-
-
-def load(run_dir: Path, iteration: int) -> dict:
-    state, manifest = ckpt.load_checkpoint(ckpt.checkpoint_path(run_dir / "checkpoints", iteration))
-    assert manifest["world_size"] == 2
-    return state
-
-
-def assert_equal_tree(a, b, where: str) -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for k in a:
-            assert_equal_tree(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_equal_tree(x, y, f"{where}[{i}]")
-    elif torch.is_tensor(a):
-        assert torch.equal(a, b), f"{where} differs"
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
 
 
 @pytest.mark.timeout(240)
@@ -62,22 +35,22 @@ def test_distributed_resume_equals_uninterrupted_run(tmp_path):
     out = train(b, 4, "--resume", "auto")
     assert "resume: loaded" in out and "at iteration 2" in out, out
 
-    full, resumed = load(a, 4), load(b, 4)
+    full, resumed = final_state(a, 4, world_size=2), final_state(b, 4, world_size=2)
     assert resumed["iteration"] == full["iteration"] == 4
     assert resumed["env_steps"] == 4 * 2 * 16 * 8
-    assert_equal_tree(resumed["policy"], full["policy"], "policy")
-    assert_equal_tree(resumed["ppo"], full["ppo"], "ppo")
+    assert_same(resumed["policy"], full["policy"], "policy")
+    assert_same(resumed["ppo"], full["ppo"], "ppo")
 
     # per-rank state: two entries, distinct (rank-offset seeds), each restored exactly
     assert len(resumed["ranks"]) == len(full["ranks"]) == 2
     assert not torch.equal(resumed["ranks"][0]["obs"], resumed["ranks"][1]["obs"])
     for r in range(2):
-        assert_equal_tree(resumed["ranks"][r]["env"], full["ranks"][r]["env"], f"ranks[{r}].env")
+        assert_same(resumed["ranks"][r]["env"], full["ranks"][r]["env"], f"ranks[{r}].env")
         assert torch.equal(resumed["ranks"][r]["obs"], full["ranks"][r]["obs"])
         assert torch.equal(resumed["ranks"][r]["window"], full["ranks"][r]["window"])
         assert torch.equal(resumed["ranks"][r]["rng"]["torch"], full["ranks"][r]["rng"]["torch"])
     # the checkpoint the resume started from held both ranks too
-    assert len(load(b, 2)["ranks"]) == 2
+    assert len(final_state(b, 2, world_size=2)["ranks"]) == 2
 
     steps = [(r["iteration"], r["env_steps"]) for r in read_metrics(b)]
     assert steps == [(i, i * 2 * 16 * 8) for i in range(1, 5)]

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from distrl.envs.acrobot import Acrobot
-from distrl.envs.cartpole import CartPole, TorchVecEnv
+from distrl.envs.cartpole import CartPole
 from distrl.envs.pendulum import Pendulum
+from distrl.envs.torch_vec import TorchVecEnv
 
 N = 400  # states compared per env (each costs one Python-level Gymnasium step)
 ENVS = {"cartpole": CartPole, "acrobot": Acrobot, "pendulum": Pendulum}

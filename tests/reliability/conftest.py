@@ -8,30 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.workers import BIN, run_cli
+from tests.helpers import BIN, tiny_train_args
+from tests.reliability.workers import run_cli
 
 TWO_RANK_ITERS = 6
 TWO_RANK_ARGS = [
-    "--env.num-envs",
-    "8",
-    "--agent.num-steps",
-    "8",
-    "--agent.num-epochs",
-    "2",
-    "--agent.num-minibatches",
-    "2",
-    "--agent.max-iterations",
-    str(TWO_RANK_ITERS),
-    "--agent.save-interval",
-    "2",
-    "--threads",
-    "1",
-    "--progress",
-    "False",
-    "--tensorboard",
-    "False",
-    "--dist.timeout",
-    "30",
+    *tiny_train_args(8, num_minibatches=2, max_iterations=TWO_RANK_ITERS, save_interval=2),
+    *["--dist.timeout", "30"],
 ]
 
 

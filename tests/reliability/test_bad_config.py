@@ -18,9 +18,7 @@ import torch
 import torch.distributed as dist
 
 from distrl import cli
-from distrl.distributed import launch
-
-FAST = ["--threads", "1", "--progress", "False", "--tensorboard", "False"]
+from tests.helpers import QUIET, refuse_to_start, run_main
 
 # (id, argv after `train`, substrings the message must contain, environment for the row)
 TABLE = [
@@ -41,6 +39,12 @@ TABLE = [
             "e.g. a batch of 12 or 16",
             "a minibatch count that divides 15",
         ],
+        {},
+    ),
+    (
+        "keep-no-checkpoints",
+        ["cartpole", "--agent.keep-checkpoints", "0"],
+        ["--agent.keep-checkpoints must be 1 or more, got 0", "leave it unset to keep them all"],
         {},
     ),
     (
@@ -173,10 +177,6 @@ TABLE = [
 ]
 
 
-def _no_start(*args, **kwargs):
-    raise AssertionError("a bad configuration reached torchrun or the process group")
-
-
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize(
     ("argv", "expected", "extra"), [row[1:] for row in TABLE], ids=[row[0] for row in TABLE]
@@ -190,15 +190,14 @@ def test_bad_configuration_is_refused_before_anything_starts(
         argv.remove("--no-run-dir")
     else:
         argv += ["--run-dir", str(run_dir)]
-    argv += FAST
+    argv += QUIET
     expected = [e.replace("{tmp}", str(tmp_path)) for e in expected]
     for k, v in extra.get("env", {}).items():
         monkeypatch.setenv(k, v)
     if "fake_gpus" in extra:
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: extra["fake_gpus"])
-    monkeypatch.setattr(launch, "launch", _no_start)
-    monkeypatch.setattr(dist, "init_process_group", _no_start)
+    refuse_to_start(monkeypatch, "a bad configuration reached torchrun or the process group")
 
     # the functions raise a ValueError with the numbers and the fix ...
     with pytest.raises(ValueError) as e:
@@ -208,11 +207,9 @@ def test_bad_configuration_is_refused_before_anything_starts(
         assert part in message, f"{part!r} not in:\n{message}"
 
     # ... and the command line prints exactly that and exits 2, quickly, having started nothing
-    capsys.readouterr()
     t0 = time.monotonic()
-    code = cli.train_main(argv)
+    code, out, err = run_main(["train", *argv], capsys)
     secs = time.monotonic() - t0
-    out, err = capsys.readouterr()
     assert code == 2, out + err
     assert err == f"error: {message}\n", err
     assert "Traceback" not in out + err

@@ -7,29 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch.distributed as dist
 
 from distrl import checkpoint as ckpt
 from distrl import cli
-from distrl.distributed import launch
+from tests.helpers import refuse_to_start, run_main, tiny_train_args
 
-ARGS = [
-    "cartpole",
-    "--env.num-envs",
-    "8",
-    "--agent.num-steps",
-    "8",
-    "--agent.num-epochs",
-    "1",
-    "--agent.num-minibatches",
-    "2",
-    "--threads",
-    "1",
-    "--progress",
-    "False",
-    "--tensorboard",
-    "False",
-]
+ARGS = ["cartpole", *tiny_train_args(8, num_epochs=1, num_minibatches=2)]
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +23,9 @@ def one_rank_run(tmp_path_factory) -> Path:
     return run_dir
 
 
-def _no_start(*args, **kwargs):
-    raise AssertionError("an incompatible resume reached torchrun or the process group")
-
-
 @pytest.fixture
 def nothing_starts(monkeypatch):
-    monkeypatch.setattr(launch, "launch", _no_start)
-    monkeypatch.setattr(dist, "init_process_group", _no_start)
+    refuse_to_start(monkeypatch, "an incompatible resume reached torchrun or the process group")
 
 
 @pytest.mark.timeout(30)
@@ -55,9 +33,9 @@ def test_resume_with_another_network_shape_is_refused_naming_the_field(
     one_rank_run, tmp_path, capsys, nothing_starts
 ):
     new_dir = tmp_path / "new"
-    capsys.readouterr()
-    code = cli.train_main(
+    code, _, err = run_main(
         [
+            "train",
             *ARGS,
             "--run-dir",
             str(new_dir),
@@ -66,9 +44,9 @@ def test_resume_with_another_network_shape_is_refused_naming_the_field(
             "--policy.actor-hidden",
             "32",
             "32",
-        ]
+        ],
+        capsys,
     )
-    err = capsys.readouterr().err
     assert code == 2, err
     assert "ckpt_00000002.pt" in err and "cannot resume" in err, err
     assert "policy.actor_hidden: [64, 64] -> [32, 32]" in err, err
@@ -81,9 +59,9 @@ def test_resume_with_two_ranks_from_a_one_rank_checkpoint_is_refused(
     one_rank_run, tmp_path, capsys, nothing_starts
 ):
     new_dir = tmp_path / "new"
-    capsys.readouterr()
-    code = cli.train_main(
+    code, _, err = run_main(
         [
+            "train",
             *ARGS,
             "--nproc",
             "2",
@@ -91,9 +69,9 @@ def test_resume_with_two_ranks_from_a_one_rank_checkpoint_is_refused(
             str(new_dir),
             "--resume",
             str(one_rank_run / "checkpoints" / "ckpt_00000002.pt"),
-        ]
+        ],
+        capsys,
     )
-    err = capsys.readouterr().err
     assert code == 2, err
     assert "saved with world_size 1, resuming with world_size 2" in err, err
     assert "resume with 1 processes, or start a new run" in err, err
@@ -107,11 +85,11 @@ def test_resume_changing_max_iterations_is_allowed_and_logged(one_rank_run, tmp_
 
     run_dir = tmp_path / "run"
     shutil.copytree(one_rank_run, run_dir)
-    capsys.readouterr()
-    code = cli.train_main(
-        [*ARGS, "--agent.max-iterations", "3", "--run-dir", str(run_dir), "--resume", "auto"]
+    code, out, err = run_main(
+        ["train", *ARGS, "--agent.max-iterations", "3", "--run-dir", str(run_dir)]
+        + ["--resume", "auto"],
+        capsys,
     )
-    out, err = capsys.readouterr()
     assert code == 0, out + err
     assert "resume: loaded" in out and "at iteration 2" in out, out
     assert "resume: changed agent.max_iterations: 2 -> 3" in out, out

@@ -14,28 +14,11 @@ import torch
 
 from distrl import cli
 from distrl.distributed import launch
+from tests.helpers import assert_same, final_state, tiny_train_args
 from tests.reliability.conftest import TWO_RANK_ITERS, two_rank_command
-from tests.reliability.workers import assert_same, cli_rank, final_state, run_group
+from tests.reliability.workers import cli_rank, run_group
 
-ARGS = [
-    "cartpole",
-    "--env.num-envs",
-    "8",
-    "--agent.num-steps",
-    "8",
-    "--agent.num-epochs",
-    "2",
-    "--agent.num-minibatches",
-    "2",
-    "--agent.max-iterations",
-    "3",
-    "--threads",
-    "1",
-    "--progress",
-    "False",
-    "--tensorboard",
-    "False",
-]
+ARGS = ["cartpole", *tiny_train_args(8, num_minibatches=2, max_iterations=3)]
 
 
 def one_process(run_dir, seed: int) -> dict:

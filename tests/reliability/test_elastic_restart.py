@@ -14,8 +14,9 @@ from __future__ import annotations
 import pytest
 
 from distrl.telemetry import read_metrics
+from tests.helpers import assert_same, final_state
 from tests.reliability.conftest import TWO_RANK_ITERS, two_rank_command
-from tests.reliability.workers import HOOKS, assert_same, final_state, run_cli
+from tests.reliability.workers import HOOKS, run_cli
 
 KILL_AT = 5  # rank 1 dies entering the update of iteration 6; the newest checkpoint is 4
 

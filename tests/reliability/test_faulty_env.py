@@ -62,6 +62,16 @@ def test_fault_spec_from_the_environment(monkeypatch):
     assert "faulty-cartpole" not in [t.name for t in list_tasks()]  # a fixture, not a task
 
 
+@pytest.mark.timeout(10)
+def test_faulty_task_exists_only_while_the_fault_variable_is_set(monkeypatch):
+    monkeypatch.delenv("DISTRL_FAULTS", raising=False)
+    with pytest.raises(ValueError, match="'faulty-cartpole' is a test fixture.*DISTRL_FAULTS"):
+        get_task("faulty-cartpole")
+    monkeypatch.setenv("DISTRL_FAULTS", "")  # set but empty: the task, with no faults
+    env = get_task("faulty-cartpole").make_env(2, torch.device("cpu"), None)
+    assert isinstance(env, FaultyEnv) and not env.raise_at and not env.corrupt_at
+
+
 # ---- one process -------------------------------------------------------------------------------
 
 

@@ -19,11 +19,13 @@ import queue
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from distrl.bench import common
+from distrl.bench.project import ring_link_params
 
 
 @dataclass(frozen=True)
@@ -130,69 +132,89 @@ def _models(big_hidden: tuple[int, ...]):
 
 def _rank(rank: int, world: int, port: int, backend: str, cfg: dict, q) -> None:
     try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        import torch
         import torch.distributed as dist
 
-        torch.set_num_threads(1)
-        device = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group(backend, rank=rank, world_size=world)
-        reps, warm = cfg["repeats"], cfg["warmup"]
-        points = []
-        for n_bytes in cfg["sizes"]:
-            x = torch.ones(max(1, n_bytes // 4), dtype=torch.float32, device=device)
-            t = _timed(lambda x=x: dist.all_reduce(x), reps, warm, device)
-            points.append({"bytes": x.numel() * 4, "time_median_s": t})
+        device = _join_group(rank, world, port, backend)
+        points = _time_sizes(cfg, device)
         sync_rows = []
         for name, model in _models(tuple(cfg["big_hidden"])).items():
-            params = [p for p in model.to(device).parameters() if p.requires_grad]
-            numels = [p.numel() for p in params]
-            flat = torch.randn(sum(numels), device=device)
-            grads, off = [], 0
-            for n in numels:  # grads are views into the flat buffer, as in distrl's PPO
-                grads.append(flat[off : off + n])
-                off += n
-            groups = buckets(numels, cfg["bucket_bytes"])
-
-            def per_tensor(grads=grads):
-                for g in grads:
-                    dist.all_reduce(g)
-
-            def bucketed(groups=groups, grads=grads):
-                for idx in groups:
-                    buf = torch.cat([grads[i] for i in idx])
-                    dist.all_reduce(buf)
-                    off = 0
-                    for i in idx:
-                        grads[i].copy_(buf[off : off + grads[i].numel()])
-                        off += grads[i].numel()
-
-            methods = {
-                "flat": (lambda flat=flat: dist.all_reduce(flat), 1),
-                "per-tensor": (per_tensor, len(grads)),
-                "bucketed": (bucketed, len(groups)),
-            }
-            for meth, (fn, count) in methods.items():
-                t = _timed(fn, reps, warm, device)
-                sync_rows.append(
-                    {
-                        "model": name,
-                        "params": sum(numels),
-                        "bytes": 4 * sum(numels),
-                        "tensors": len(numels),
-                        "method": meth,
-                        "collectives": count,
-                        "time_median_s": t,
-                    }
-                )
+            sync_rows += _time_grad_sync(name, model, cfg, device)
         dist.destroy_process_group()
         if rank == 0:
             q.put(("ok", (points, sync_rows)))
     except BaseException:
         q.put(("error", f"rank {rank}: {traceback.format_exc()}"))
         raise SystemExit(1) from None
+
+
+def _join_group(rank: int, world: int, port: int, backend: str):
+    """One thread, this rank's device, the process group on loopback; returns the device."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    device = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    return device
+
+
+def _time_sizes(cfg: dict, device) -> list[dict]:
+    """Median all-reduce time of a float32 tensor of each size in ``cfg["sizes"]`` bytes."""
+    import torch
+    import torch.distributed as dist
+
+    points = []
+    for n_bytes in cfg["sizes"]:
+        x = torch.ones(max(1, n_bytes // 4), dtype=torch.float32, device=device)
+        t = _timed(lambda x=x: dist.all_reduce(x), cfg["repeats"], cfg["warmup"], device)
+        points.append({"bytes": x.numel() * 4, "time_median_s": t})
+    return points
+
+
+def _time_grad_sync(name: str, model, cfg: dict, device) -> list[dict]:
+    """``model``'s gradients synchronized flat, per tensor and bucketed: one row per method."""
+    import torch
+    import torch.distributed as dist
+
+    params = [p for p in model.to(device).parameters() if p.requires_grad]
+    numels = [p.numel() for p in params]
+    flat = torch.randn(sum(numels), device=device)
+    grads = list(flat.split(numels))  # views into the flat buffer, as in distrl's PPO
+    groups = buckets(numels, cfg["bucket_bytes"])
+
+    def per_tensor():
+        for g in grads:
+            dist.all_reduce(g)
+
+    def bucketed():
+        for idx in groups:
+            buf = torch.cat([grads[i] for i in idx])
+            dist.all_reduce(buf)
+            off = 0
+            for i in idx:
+                grads[i].copy_(buf[off : off + grads[i].numel()])
+                off += grads[i].numel()
+
+    methods = {
+        "flat": (lambda: dist.all_reduce(flat), 1),
+        "per-tensor": (per_tensor, len(grads)),
+        "bucketed": (bucketed, len(groups)),
+    }
+    return [
+        {
+            "model": name,
+            "params": sum(numels),
+            "bytes": 4 * sum(numels),
+            "tensors": len(numels),
+            "method": meth,
+            "collectives": count,
+            "time_median_s": _timed(fn, cfg["repeats"], cfg["warmup"], device),
+        }
+        for meth, (fn, count) in methods.items()
+    ]
 
 
 def run_ranks(world: int, backend: str, cfg: dict, timeout: float) -> tuple[list, list]:
@@ -230,41 +252,11 @@ def run_ranks(world: int, backend: str, cfg: dict, timeout: float) -> tuple[list
 
 
 def comm(a: CommArgs) -> dict:
-    import torch
-
-    from distrl.bench import plots
-    from distrl.bench.project import ring_link_params
-    from distrl.bench.scaling import cores, parse_ints, show
-
     m = common.header("distrl bench comm")
     out = common.out_dir(a.out, "comm")
-    if a.world_size < 2:
-        raise ValueError("--world-size must be at least 2 (one rank has nothing to reduce)")
-    if a.repeats < 1:
-        raise ValueError("--repeats must be at least 1")
-    backend = a.backend
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if backend == "auto":
-        backend = "nccl" if gpus >= a.world_size else "gloo"
-    if backend == "nccl" and gpus < a.world_size:
-        raise ValueError(f"NCCL needs a GPU per rank: {a.world_size} ranks, {gpus} GPU(s)")
-    sizes = parse_ints(a.sizes) if a.sizes else DEFAULT_SIZES
-    cfg = {
-        "sizes": sizes,
-        "repeats": a.repeats,
-        "warmup": a.warmup,
-        "bucket_bytes": int(a.bucket_mb * 2**20),
-        "big_hidden": [int(x) for x in a.big_hidden.replace(",", " ").split()],
-    }
-    note = (
-        f" (oversubscribed: {a.world_size} ranks > {cores()} cores)"
-        if (backend == "gloo" and a.world_size > cores())
-        else ""
-    )
-    common.console.print(
-        f"{a.world_size} ranks, {backend}{note}; {len(sizes)} sizes {sizes[0]} B .. "
-        f"{sizes[-1]:,} B, median of {a.repeats} (slowest rank per repeat)"
-    )
+    backend = choose_backend(a)
+    cfg = rank_config(a)
+    announce(a, backend, cfg["sizes"])
     t0 = time.perf_counter()
     points, sync_rows = run_ranks(a.world_size, backend, cfg, a.timeout)
     common.console.print(f"ranks finished in {time.perf_counter() - t0:.1f} s")
@@ -275,6 +267,61 @@ def comm(a: CommArgs) -> dict:
             "repeats": a.repeats,
             "bandwidth_gbps": p["bytes"] / p["time_median_s"] / 1e9,
         }
+    fit = fit_row(a, backend, points, m)
+    alpha, beta = fit["alpha_s"], fit["beta_s_per_byte"]
+    for r in sync_rows:
+        r |= {
+            "W": a.world_size,
+            "backend": backend,
+            "model_alpha_beta_s": r["collectives"] * alpha + beta * r["bytes"],
+        }
+    write_results(a, backend, m, out, points, fit, sync_rows)
+    print_results(points, fit, sync_rows, out)
+    return fit
+
+
+def choose_backend(a: CommArgs) -> str:
+    """Check the arguments; auto is NCCL when there is a GPU per rank, Gloo otherwise."""
+    import torch
+
+    if a.world_size < 2:
+        raise ValueError("--world-size must be at least 2 (one rank has nothing to reduce)")
+    if a.repeats < 1:
+        raise ValueError("--repeats must be at least 1")
+    backend = a.backend
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "auto":
+        backend = "nccl" if gpus >= a.world_size else "gloo"
+    if backend == "nccl" and gpus < a.world_size:
+        raise ValueError(f"NCCL needs a GPU per rank: {a.world_size} ranks, {gpus} GPU(s)")
+    return backend
+
+
+def rank_config(a: CommArgs) -> dict:
+    """What every rank measures (plain data: it travels to spawned processes)."""
+    return {
+        "sizes": common.parse_ints(a.sizes) if a.sizes else DEFAULT_SIZES,
+        "repeats": a.repeats,
+        "warmup": a.warmup,
+        "bucket_bytes": int(a.bucket_mb * 2**20),
+        "big_hidden": [int(x) for x in a.big_hidden.replace(",", " ").split()],
+    }
+
+
+def announce(a: CommArgs, backend: str, sizes: list[int]) -> None:
+    note = (
+        f" (oversubscribed: {a.world_size} ranks > {common.cores()} cores)"
+        if (backend == "gloo" and a.world_size > common.cores())
+        else ""
+    )
+    common.console.print(
+        f"{a.world_size} ranks, {backend}{note}; {len(sizes)} sizes {sizes[0]} B .. "
+        f"{sizes[-1]:,} B, median of {a.repeats} (slowest rank per repeat)"
+    )
+
+
+def fit_row(a: CommArgs, backend: str, points: list[dict], m: dict) -> dict:
+    """The alpha-beta fit over ``points``, also as per-step ring figures, and the machine."""
     alpha, beta, r2 = fit_alpha_beta(
         [p["bytes"] for p in points], [p["time_median_s"] for p in points]
     )
@@ -284,7 +331,7 @@ def comm(a: CommArgs) -> dict:
             f"beta={beta:.3g} s/B (noisy timings?)"
         )
     a_link, b_link = ring_link_params(alpha, beta, a.world_size)
-    fit = {
+    return {
         "W": a.world_size,
         "backend": backend,
         "alpha_s": alpha,
@@ -299,24 +346,36 @@ def comm(a: CommArgs) -> dict:
         "device": m["device"],
         "torch": m["torch"],
     }
-    for r in sync_rows:
-        r |= {
-            "W": a.world_size,
-            "backend": backend,
-            "model_alpha_beta_s": r["collectives"] * alpha + beta * r["bytes"],
-        }
+
+
+def write_results(
+    a: CommArgs,
+    backend: str,
+    m: dict,
+    out: Path,
+    points: list[dict],
+    fit: dict,
+    sync_rows: list[dict],
+) -> None:
+    from distrl.bench import plots
+
     common.write_csv(out / "allreduce.csv", points)
     common.write_csv(out / "fit.csv", [fit])
     common.write_csv(out / "gradsync.csv", sync_rows)
     plots.comm(
         points,
-        alpha,
-        beta,
+        fit["alpha_s"],
+        fit["beta_s_per_byte"],
         sync_rows,
         out / "comm.png",
         f"all_reduce, {a.world_size} ranks, {backend} | {m['cpu']}",
     )
-    show(
+
+
+def print_results(points: list[dict], fit: dict, sync_rows: list[dict], out: Path) -> None:
+    alpha, beta = fit["alpha_s"], fit["beta_s_per_byte"]
+    a_link, b_link = fit["alpha_link_s"], fit["beta_link_s_per_byte"]
+    common.show(
         "all_reduce time vs size",
         [{**p, "fit": alpha + beta * p["bytes"]} for p in points],
         [
@@ -328,11 +387,11 @@ def comm(a: CommArgs) -> dict:
     )
     common.console.print(
         f"fit: alpha = {alpha * 1e6:.2f} us latency, 1/beta = "
-        f"{(1e-9 / beta) if beta > 0 else float('nan'):.3f} GB/s (R^2 on log t {r2:.3f}); "
-        f"per ring step: alpha = {a_link * 1e6:.2f} us, "
+        f"{(1e-9 / beta) if beta > 0 else float('nan'):.3f} GB/s (R^2 on log t "
+        f"{fit['r2_log']:.3f}); per ring step: alpha = {a_link * 1e6:.2f} us, "
         f"{(1e-9 / b_link) if b_link > 0 else float('nan'):.3f} GB/s per link"
     )
-    show(
+    common.show(
         "gradient sync (median)",
         sync_rows,
         [
@@ -355,4 +414,3 @@ def comm(a: CommArgs) -> dict:
         f"wrote {out / 'allreduce.csv'}, {out / 'fit.csv'}, "
         f"{out / 'gradsync.csv'}, {out / 'comm.png'}"
     )
-    return fit

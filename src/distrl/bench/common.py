@@ -1,4 +1,5 @@
-"""Shared pieces of every benchmark: machine header, result directory, CSV, subprocess runs."""
+"""Shared pieces of every benchmark: machine header, result directory, arguments, CSV, tables,
+subprocess runs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import csv
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -20,8 +22,12 @@ from rich.table import Table
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
+def cores() -> int:
+    """Cores this process may run on (its affinity mask where the platform has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def machine() -> dict[str, Any]:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -31,7 +37,7 @@ def machine() -> dict[str, Any]:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
         "cpu": cpu,
-        "cores": cores,
+        "cores": cores(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device": gpu or "cpu",
@@ -55,6 +61,19 @@ def out_dir(path: str | None, name: str) -> Path:
     return p
 
 
+def parse_ints(text: str) -> list[int]:
+    """'1,2,4' or '1 2 4' -> [1, 2, 4] (positive, sorted, unique)."""
+    vals = sorted({int(x) for x in text.replace(",", " ").split()})
+    if not vals or vals[0] < 1:
+        raise ValueError(f"world sizes must be positive integers, got {text!r}")
+    return vals
+
+
+def split_extra(extra: tuple[str, ...]) -> list[str]:
+    """``--extra`` items split like a shell: ("--a 1", "--b 2") -> ["--a", "1", "--b", "2"]."""
+    return [tok for item in extra for tok in shlex.split(item)]
+
+
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
@@ -72,6 +91,22 @@ def print_table(title: str, rows: list[dict[str, Any]], keys: list[str]) -> None
     for r in rows:
         t.add_row(*(_fmt(r.get(k)) for k in keys))
     console.print(t)
+
+
+def show(title: str, rows: list[dict], cols: list[tuple]) -> None:
+    """Print ``rows`` with short headers: cols are (header, key) or (header, key, scale)."""
+    shown = []
+    for r in rows:
+        d = {}
+        for c in cols:
+            v = r.get(c[1])
+            if isinstance(v, bool):
+                v = "yes" if v else "no"
+            elif len(c) > 2 and isinstance(v, int | float):
+                v = v * c[2]
+            d[c[0]] = v
+        shown.append(d)
+    print_table(title, shown, [c[0] for c in cols])
 
 
 def _fmt(v: Any) -> str:

@@ -18,11 +18,14 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from distrl.bench import common
+from distrl.bench.runs import per_rank_envs, quiet_train_args, run_training
+from distrl.bench.solve import DEFAULT_TARGETS, time_to_target
 
 
 @dataclass(frozen=True)
@@ -52,13 +55,6 @@ class LearnArgs:
     """Results directory (default bench_out/learn)."""
     extra: tuple[str, ...] = ()
     """Extra `train` overrides, e.g. --extra="--agent.learning-rate 3e-4" (split like a shell)."""
-
-
-def time_to_target(records: list[dict], target: float) -> tuple[float | None, int | None]:
-    """(wall_time, env_steps) of the first record whose return mean reaches ``target``."""
-    from distrl.bench.solve import time_to_target as ttt
-
-    return ttt(records, target)
 
 
 def summarize_times(times: list[float | None]) -> dict:
@@ -104,16 +100,39 @@ def learns_as_well(base: dict, row: dict, target: float, tolerance: float) -> bo
     return bool(close or row["reached"] >= base["reached"])
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What every run of one `bench learn` invocation trains, checked before the first run."""
+
+    task: str
+    worlds: list[int]
+    target: float
+    iterations: int
+    envs: dict[int, int]
+    """Envs per rank at each world size."""
+    extra: list[str]
+
+
 def learn(a: LearnArgs) -> list[dict]:
-    from distrl.bench import plots
-    from distrl.bench.scaling import parse_ints, per_rank_envs, run_training, show, split_extra
-    from distrl.bench.solve import DEFAULT_TARGETS
+    m = common.header("distrl bench learn")
+    out = common.out_dir(a.out, "learn")
+    plan = make_plan(a)
+    announce(a, plan)
+    per_run, long_rows, curves = run_all(a, plan, out)
+    summary = summarize(a, plan, per_run)
+    for row in summary:
+        row |= {"cpu": m["cpu"], "cores": m["cores"], "mode": a.mode, "task": plan.task}
+    write_results(a, plan, m, out, per_run, summary, long_rows, curves)
+    print_results(a, plan, summary, out)
+    return summary
+
+
+def make_plan(a: LearnArgs) -> Plan:
+    """The task's defaults with the overrides; every world size's config validated up front."""
     from distrl.config import validate
     from distrl.envs.registry import get_task
 
-    m = common.header("distrl bench learn")
-    out = common.out_dir(a.out, "learn")
-    worlds = parse_ints(a.world_sizes)
+    worlds = common.parse_ints(a.world_sizes)
     task = get_task(a.task)
     target = a.target_return if a.target_return is not None else DEFAULT_TARGETS.get(task.name)
     if target is None:
@@ -121,120 +140,174 @@ def learn(a: LearnArgs) -> list[dict]:
     if a.seeds < 1:
         raise ValueError("--seeds must be at least 1")
     base = dataclasses.replace(task.default_config(), task=task.name)
-    iters = a.iterations or base.agent.max_iterations
     envs_arg = a.num_envs or base.env.num_envs
-    extra = split_extra(a.extra)
     envs = {}
     for w in worlds:
         envs[w] = per_rank_envs(envs_arg, w, a.mode)
         validate(dataclasses.replace(base, env=dataclasses.replace(base.env, num_envs=envs[w])))
+    return Plan(
+        task=task.name,
+        worlds=worlds,
+        target=target,
+        iterations=a.iterations or base.agent.max_iterations,
+        envs=envs,
+        extra=common.split_extra(a.extra),
+    )
+
+
+def announce(a: LearnArgs, plan: Plan) -> None:
     common.console.print(
-        f"task {task.name} | target {target:g} | {a.mode} | {iters} iterations | envs "
-        + ", ".join(f"W={w}: {envs[w]}/rank" for w in worlds)
+        f"task {plan.task} | target {plan.target:g} | {a.mode} | {plan.iterations} iterations "
+        "| envs "
+        + ", ".join(f"W={w}: {plan.envs[w]}/rank" for w in plan.worlds)
         + f" | {a.seeds} seeds"
     )
+
+
+def run_all(
+    a: LearnArgs, plan: Plan, out: Path
+) -> tuple[list[dict], list[dict], dict[int, list[dict]]]:
+    """Every (seed, W) run: one row each, every logged iteration (long rows) and the curves."""
     per_run, long_rows = [], []
-    curves: dict[int, list[dict]] = {w: [] for w in worlds}
-    n_runs, done = len(worlds) * a.seeds, 0
+    curves: dict[int, list[dict]] = {w: [] for w in plan.worlds}
+    n_runs = len(plan.worlds) * a.seeds
     for seed in range(a.seeds):
-        for w in worlds:
-            args = [
-                "--env.num-envs",
-                str(envs[w]),
-                "--agent.max-iterations",
-                str(iters),
-                "--progress",
-                "False",
-                "--tensorboard",
-                "False",
-                "--threads",
-                str(a.threads),
-                *extra,
-            ]
-            t0 = time.perf_counter()
-            recs = run_training(
-                task.name,
-                w,
-                args,
-                out / "runs" / f"W{w}_s{seed}",
-                a.timeout,
-                seed=seed,
-                iterations=iters,
-            )
-            t, s = time_to_target(recs, target)
-            final = recs[-1].get("episode_return_mean") if recs else None
-            done += 1
-            per_run.append(
-                {
-                    "W": w,
-                    "seed": seed,
-                    "num_envs_per_rank": envs[w],
-                    "global_batch": recs[0]["env_steps"] // recs[0]["iteration"],
-                    "target": target,
-                    "time_to_target_s": t,
-                    "steps_to_target": s,
-                    "final_return": final,
-                    "wall_time_s": recs[-1]["wall_time"],
-                    "env_steps": recs[-1]["env_steps"],
-                }
-            )
+        for w in plan.worlds:
+            recs, row = train_one(a, plan, out, w, seed, f"[{len(per_run) + 1}/{n_runs}]")
+            per_run.append(row)
             curves[w].append(curve(recs))
-            long_rows += [
-                {
-                    "W": w,
-                    "seed": seed,
-                    "iteration": r["iteration"],
-                    "env_steps": r["env_steps"],
-                    "wall_time": r["wall_time"],
-                    "episode_return_mean": r.get("episode_return_mean"),
-                }
-                for r in recs
-            ]
-            common.console.print(
-                f"[{done}/{n_runs}] W={w} seed {seed}: "
-                + ("target not reached" if t is None else f"target at {t:.1f} s ({s:,} steps)")
-                + f", final return {final if final is None else f'{final:.1f}'} "
-                f"[{time.perf_counter() - t0:.0f} s]"
-            )
-    summary = []
-    for w in worlds:
-        runs = [r for r in per_run if r["W"] == w]
-        row = {
+            long_rows += iteration_rows(w, seed, recs)
+    return per_run, long_rows, curves
+
+
+def train_one(
+    a: LearnArgs, plan: Plan, out: Path, w: int, seed: int, label: str
+) -> tuple[list[dict], dict]:
+    """One run of W ranks to completion, and when it reached the target: (metrics, row)."""
+    args = [
+        "--env.num-envs",
+        str(plan.envs[w]),
+        "--agent.max-iterations",
+        str(plan.iterations),
+        *quiet_train_args(a.threads),
+        *plan.extra,
+    ]
+    t0 = time.perf_counter()
+    recs = run_training(
+        plan.task,
+        w,
+        args,
+        out / "runs" / f"W{w}_s{seed}",
+        a.timeout,
+        seed=seed,
+        iterations=plan.iterations,
+    )
+    row = run_row(plan, w, seed, recs)
+    t, s, final = row["time_to_target_s"], row["steps_to_target"], row["final_return"]
+    common.console.print(
+        f"{label} W={w} seed {seed}: "
+        + ("target not reached" if t is None else f"target at {t:.1f} s ({s:,} steps)")
+        + f", final return {final if final is None else f'{final:.1f}'} "
+        f"[{time.perf_counter() - t0:.0f} s]"
+    )
+    return recs, row
+
+
+def run_row(plan: Plan, w: int, seed: int, recs: list[dict]) -> dict:
+    t, s = time_to_target(recs, plan.target)
+    return {
+        "W": w,
+        "seed": seed,
+        "num_envs_per_rank": plan.envs[w],
+        "global_batch": recs[0]["env_steps"] // recs[0]["iteration"],
+        "target": plan.target,
+        "time_to_target_s": t,
+        "steps_to_target": s,
+        "final_return": recs[-1].get("episode_return_mean") if recs else None,
+        "wall_time_s": recs[-1]["wall_time"],
+        "env_steps": recs[-1]["env_steps"],
+    }
+
+
+def iteration_rows(w: int, seed: int, recs: list[dict]) -> list[dict]:
+    return [
+        {
             "W": w,
-            "num_envs_per_rank": envs[w],
-            "global_batch": runs[0]["global_batch"],
-            "seeds": len(runs),
-            "target": target,
-            **summarize_times([r["time_to_target_s"] for r in runs]),
-            "median_steps": common.median([r["steps_to_target"] for r in runs]),
-            "median_final_return": common.median([r["final_return"] for r in runs]),
+            "seed": seed,
+            "iteration": r["iteration"],
+            "env_steps": r["env_steps"],
+            "wall_time": r["wall_time"],
+            "episode_return_mean": r.get("episode_return_mean"),
         }
-        summary.append(row)
+        for r in recs
+    ]
+
+
+def summarize(a: LearnArgs, plan: Plan, per_run: list[dict]) -> list[dict]:
+    """One row per W: times to target over seeds, T_1/T_W and the verdict against W=1."""
+    summary = []
+    for w in plan.worlds:
+        runs = [r for r in per_run if r["W"] == w]
+        summary.append(
+            {
+                "W": w,
+                "num_envs_per_rank": plan.envs[w],
+                "global_batch": runs[0]["global_batch"],
+                "seeds": len(runs),
+                "target": plan.target,
+                **summarize_times([r["time_to_target_s"] for r in runs]),
+                "median_steps": common.median([r["steps_to_target"] for r in runs]),
+                "median_final_return": common.median([r["final_return"] for r in runs]),
+            }
+        )
     base_row = next((r for r in summary if r["W"] == 1), None)
     for row in summary:
         t1 = base_row["median_time_s"] if base_row else None
         row["speedup_ttt"] = (t1 / row["median_time_s"]) if t1 and row["median_time_s"] else None
         row["learns_as_well"] = (
-            learns_as_well(base_row, row, target, a.tolerance) if base_row else None
+            learns_as_well(base_row, row, plan.target, a.tolerance) if base_row else None
         )
-        row |= {"cpu": m["cpu"], "cores": m["cores"], "mode": a.mode, "task": task.name}
+    return summary
+
+
+def median_curves(curves: dict[int, list[dict]]) -> dict[int, dict]:
+    """Per W: the median over seeds of return vs env steps and vs wall time."""
     medians = {}
     for w, cs in curves.items():
         ms = median_curve([c["steps"] for c in cs], [c["ret"] for c in cs])
         mt = median_curve([c["time"] for c in cs], [c["ret"] for c in cs])
         if ms and mt:
             medians[w] = {"steps": ms[0], "ret_s": ms[1], "time": mt[0], "ret_t": mt[1]}
+    return medians
+
+
+def write_results(
+    a: LearnArgs,
+    plan: Plan,
+    m: dict,
+    out: Path,
+    per_run: list[dict],
+    summary: list[dict],
+    long_rows: list[dict],
+    curves: dict[int, list[dict]],
+) -> None:
+    from distrl.bench import plots
+
     common.write_csv(out / "per_run.csv", per_run)
     common.write_csv(out / "summary.csv", summary)
     common.write_csv(out / "curves.csv", long_rows)
     plots.learning(
         curves,
-        medians,
-        target,
+        median_curves(curves),
+        plan.target,
         out / "curves.png",
-        f"{task.name}, {a.mode}, median of {a.seeds} seeds | {m['cpu']}",
+        f"{plan.task}, {a.mode}, median of {a.seeds} seeds | {m['cpu']}",
     )
-    show(
+
+
+def print_results(a: LearnArgs, plan: Plan, summary: list[dict], out: Path) -> None:
+    target = plan.target
+    common.show(
         f"time to target {target:g} (training wall time, s)",
         summary,
         [
@@ -263,4 +336,3 @@ def learn(a: LearnArgs) -> list[dict]:
         f"wrote {out / 'per_run.csv'}, {out / 'summary.csv'}, "
         f"{out / 'curves.csv'}, {out / 'curves.png'}"
     )
-    return summary

@@ -149,6 +149,18 @@ def _f(v: str | None) -> float | None:
     return None if v in (None, "") else float(v)
 
 
+_OVERRIDES = (
+    "t_rollout",
+    "t_learn",
+    "t_other",
+    "steps_per_rank",
+    "epochs",
+    "minibatches",
+    "grad_bytes",
+)
+"""Model inputs a flag may set directly, over what the scaling summary says."""
+
+
 def resolve(a: ProjectArgs) -> tuple[ModelInputs, list[dict], list[str]]:
     """Model inputs, the measured summary rows (for validation) and where each input came from."""
     notes: list[str] = []
@@ -156,22 +168,45 @@ def resolve(a: ProjectArgs) -> tuple[ModelInputs, list[dict], list[str]]:
     base: dict = {}
     if a.from_scaling:
         summary = _read_csv(a.from_scaling, "summary.csv")
-        row1 = next((r for r in summary if int(r["W"]) == 1), None)
-        if row1 is None:
-            raise ValueError(f"{a.from_scaling}: no W=1 row to take per-rank times from")
-        base = {
-            "t_rollout": _f(row1["t_rollout"]),
-            "t_learn": _f(row1["t_learn"]),
-            "t_other": _f(row1.get("t_other")) or 0.0,
-            "steps_per_rank": int(row1["rollout_steps"]) * int(row1["num_envs_per_rank"]),
-            "epochs": int(row1["epochs"]) if row1.get("epochs") else None,
-            "minibatches": int(row1["minibatches"]) if row1.get("minibatches") else None,
-            "grad_bytes": int(row1["grad_bytes"]) if row1.get("grad_bytes") else None,
-        }
-        notes.append(
-            f"per-rank times, batch, K, M and gradient bytes from the W=1 row of {a.from_scaling}"
-            f" ({row1.get('task', '?')}, measured on {row1.get('cpu', '?')})"
-        )
+        base = _inputs_from_scaling(a.from_scaling, summary, notes)
+    alpha, beta = _link_params(a, notes)
+    for k in _OVERRIDES:
+        v = getattr(a, k)
+        if v is not None:
+            base[k] = v
+            notes.append(f"{k} = {v} from the command line")
+    base.setdefault("t_other", 0.0)
+    _require_inputs(base, alpha, beta)
+    p = ModelInputs(alpha=alpha, beta=beta, small_collectives=a.small_collectives, **base)
+    return p, summary, notes
+
+
+def _inputs_from_scaling(source: str, summary: list[dict], notes: list[str]) -> dict:
+    """Per-rank times, batch, K, M and gradient bytes from the W=1 row of a scaling summary."""
+    row1 = next((r for r in summary if int(r["W"]) == 1), None)
+    if row1 is None:
+        raise ValueError(f"{source}: no W=1 row to take per-rank times from")
+
+    def optional_int(key: str) -> int | None:
+        return int(row1[key]) if row1.get(key) else None
+
+    notes.append(
+        f"per-rank times, batch, K, M and gradient bytes from the W=1 row of {source}"
+        f" ({row1.get('task', '?')}, measured on {row1.get('cpu', '?')})"
+    )
+    return {
+        "t_rollout": _f(row1["t_rollout"]),
+        "t_learn": _f(row1["t_learn"]),
+        "t_other": _f(row1.get("t_other")) or 0.0,
+        "steps_per_rank": int(row1["rollout_steps"]) * int(row1["num_envs_per_rank"]),
+        "epochs": optional_int("epochs"),
+        "minibatches": optional_int("minibatches"),
+        "grad_bytes": optional_int("grad_bytes"),
+    }
+
+
+def _link_params(a: ProjectArgs, notes: list[str]) -> tuple[float | None, float | None]:
+    """Per-step ring (alpha, beta): a `bench comm` fit, then the flags over it in turn."""
     alpha = beta = None
     if a.from_comm:
         fit = _read_csv(a.from_comm, "fit.csv")[0]
@@ -192,32 +227,17 @@ def resolve(a: ProjectArgs) -> tuple[ModelInputs, list[dict], list[str]]:
         beta = 1.0 / (a.bandwidth_gbps * 1e9)
     if a.from_comm is None and (alpha is not None or beta is not None):
         notes.append("alpha/beta given on the command line")
-    overrides = {
-        k: getattr(a, k)
-        for k in (
-            "t_rollout",
-            "t_learn",
-            "t_other",
-            "steps_per_rank",
-            "epochs",
-            "minibatches",
-            "grad_bytes",
-        )
-    }
-    for k, v in overrides.items():
-        if v is not None:
-            base[k] = v
-            notes.append(f"{k} = {v} from the command line")
-    base.setdefault("t_other", 0.0)
-    missing = [k for k in overrides if base.get(k) is None]
+    return alpha, beta
+
+
+def _require_inputs(base: dict, alpha: float | None, beta: float | None) -> None:
+    missing = [k for k in _OVERRIDES if base.get(k) is None]
     if alpha is None:
         missing.append("alpha (--from-comm, --alpha or --latency-us)")
     if beta is None:
         missing.append("beta (--from-comm, --beta or --bandwidth-gbps)")
     if missing:
         raise ValueError("missing model inputs: " + ", ".join(missing))
-    p = ModelInputs(alpha=alpha, beta=beta, small_collectives=a.small_collectives, **base)
-    return p, summary, notes
 
 
 def validate_rows(p: ModelInputs, summary: list[dict]) -> list[dict]:
@@ -265,18 +285,33 @@ def assumptions(p: ModelInputs, notes: list[str]) -> list[str]:
 
 
 def project_cmd(a: ProjectArgs) -> list[dict]:
-    from distrl.bench import plots
-    from distrl.bench.scaling import parse_ints, show
-
     common.header("distrl bench project")
     out = common.out_dir(a.out, "project")
     p, summary, notes = resolve(a)
-    rows = project(p, parse_ints(a.world_sizes))
+    rows = project(p, common.parse_ints(a.world_sizes))
     lines = assumptions(p, notes)
     (out / "assumptions.txt").write_text("\n".join(lines) + "\n")
     common.console.print("assumptions:\n  " + "\n  ".join(lines))
     common.write_csv(out / "projection.csv", rows)
-    show(
+    show_projection(rows)
+    val = validate_rows(p, summary)
+    if val:
+        common.write_csv(out / "validation.csv", val)
+        show_validation(val)
+    elif summary:
+        common.console.print(
+            "no measured row has the W=1 row's per-rank work (a strong-scaling summary?); "
+            "validation needs `bench scaling --mode weak`"
+        )
+    plot(p, rows, val, out)
+    written = ["projection.csv", "projection.png", "assumptions.txt"]
+    written += ["validation.csv"] if val else []
+    common.console.print(f"wrote {', '.join(str(out / w) for w in written)}")
+    return rows
+
+
+def show_projection(rows: list[dict]) -> None:
+    common.show(
         "projected weak scaling",
         rows,
         [
@@ -289,27 +324,27 @@ def project_cmd(a: ProjectArgs) -> list[dict]:
             ("E(W)", "efficiency"),
         ],
     )
-    val = validate_rows(p, summary)
-    if val:
-        common.write_csv(out / "validation.csv", val)
-        show(
-            "model vs measured (scaling summary)",
-            val,
-            [
-                ("W", "W"),
-                ("t_iter meas ms", "t_iter_measured", 1e3),
-                ("t_iter model ms", "t_iter_predicted", 1e3),
-                ("rel error", "rel_error"),
-                ("t_comm meas ms", "t_comm_measured", 1e3),
-                ("t_comm model ms", "t_comm_predicted", 1e3),
-                ("note", "note"),
-            ],
-        )
-    elif summary:
-        common.console.print(
-            "no measured row has the W=1 row's per-rank work (a strong-scaling summary?); "
-            "validation needs `bench scaling --mode weak`"
-        )
+
+
+def show_validation(val: list[dict]) -> None:
+    common.show(
+        "model vs measured (scaling summary)",
+        val,
+        [
+            ("W", "W"),
+            ("t_iter meas ms", "t_iter_measured", 1e3),
+            ("t_iter model ms", "t_iter_predicted", 1e3),
+            ("rel error", "rel_error"),
+            ("t_comm meas ms", "t_comm_measured", 1e3),
+            ("t_comm model ms", "t_comm_predicted", 1e3),
+            ("note", "note"),
+        ],
+    )
+
+
+def plot(p: ModelInputs, rows: list[dict], val: list[dict], out: Path) -> None:
+    from distrl.bench import plots
+
     plots.projection(
         rows,
         val,
@@ -317,7 +352,3 @@ def project_cmd(a: ProjectArgs) -> list[dict]:
         f"projected weak scaling (E*T={p.steps_per_rank}, K*M="
         f"{p.epochs * p.minibatches}, {p.grad_bytes:,} B)",
     )
-    written = ["projection.csv", "projection.png", "assumptions.txt"]
-    written += ["validation.csv"] if val else []
-    common.console.print(f"wrote {', '.join(str(out / w) for w in written)}")
-    return rows

@@ -19,21 +19,16 @@ distribution itself costs, apart from what the machine cannot give.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-import shlex
-import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from distrl.bench import common
+from distrl.bench.project import grad_buffer_bytes
+from distrl.bench.runs import per_rank_envs, quiet_train_args, run_independent, run_training
 
 SUMMARY_COLUMNS = [
     "W",
@@ -92,175 +87,6 @@ class ScalingArgs:
     """Extra `train` overrides, e.g. --extra="--agent.learning-rate 3e-4" (split like a shell)."""
 
 
-# ---- helpers shared with `bench learn` ------------------------------------------------------
-def parse_ints(text: str) -> list[int]:
-    """'1,2,4' or '1 2 4' -> [1, 2, 4] (positive, sorted, unique)."""
-    vals = sorted({int(x) for x in text.replace(",", " ").split()})
-    if not vals or vals[0] < 1:
-        raise ValueError(f"world sizes must be positive integers, got {text!r}")
-    return vals
-
-
-def split_extra(extra: tuple[str, ...]) -> list[str]:
-    return [tok for item in extra for tok in shlex.split(item)]
-
-
-def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def per_rank_envs(total_or_rank: int, world: int, mode: str) -> int:
-    """Envs each rank runs: ``total_or_rank`` per rank (weak) or divided by W (strong)."""
-    if mode == "weak":
-        return total_or_rank
-    if total_or_rank % world:
-        raise ValueError(
-            f"strong scaling divides --num-envs {total_or_rank} by W={world}, which does not "
-            f"divide it; pick a multiple of every world size (e.g. "
-            f"{total_or_rank - total_or_rank % world + world})"
-        )
-    return total_or_rank // world
-
-
-def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-
-
-def _kill(procs: list[subprocess.Popen]) -> None:
-    """Kill each run's whole process group (torchrun's agent and its ranks)."""
-    for p in procs:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-
-
-def _wait(procs: list[subprocess.Popen], logs: list[Path], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    try:
-        for p in procs:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _kill(procs)
-        raise RuntimeError(f"{what} took longer than {timeout:g} s (see {logs[0]})") from None
-    except BaseException:  # Ctrl-C: the runs are in their own sessions, so stop them here
-        _kill(procs)
-        raise
-    bad = [(p, log) for p, log in zip(procs, logs, strict=True) if p.returncode != 0]
-    if bad:
-        p, log = bad[0]
-        tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-        raise RuntimeError(f"{what} failed (exit {p.returncode}, log {log}):\n{tail}")
-
-
-def _start(cmd: list[str], log) -> subprocess.Popen:
-    # own session: a timeout or Ctrl-C kills the run's process group, ranks included
-    return subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
-    )
-
-
-def _fresh(run_dir: Path) -> Path:
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    return run_dir
-
-
-def run_training(
-    task: str,
-    world: int,
-    train_args: list[str],
-    run_dir: Path,
-    timeout: float,
-    seed: int = 0,
-    iterations: int | None = None,
-) -> list[dict]:
-    """One training run of ``world`` ranks (torchrun for W>1); returns rank 0's metrics.
-    With ``iterations``, a failed exit after that many logged iterations only warns."""
-    from distrl.distributed import launch
-    from distrl.telemetry import read_metrics
-
-    _fresh(run_dir)
-    args = ["train", task, *train_args, "--seed", str(seed), "--run-dir", str(run_dir)]
-    if world == 1:
-        cmd = [sys.executable, "-m", "distrl.cli", *args]
-    else:
-        cmd = launch.torchrun_command(world, 0, [*args, "--distributed", "True"])
-    log = run_dir / "launch.log"
-    with log.open("w") as f:
-        p = _start(cmd, f)
-        try:
-            _wait([p], [log], timeout, f"W={world} run")
-        except RuntimeError:
-            # A rank that dies in process-group teardown after the last iteration was logged
-            # leaves a complete measurement; keep it, say so, and fail on anything else.
-            metrics = run_dir / "metrics.jsonl"
-            recs = read_metrics(metrics) if metrics.exists() else []
-            if iterations is None or not recs or recs[-1].get("iteration") != iterations:
-                raise
-            common.console.print(
-                f"[yellow]warning: W={world} run exited {p.returncode} after logging all "
-                f"{iterations} iterations (teardown); measurements kept, see {log}"
-            )
-            return recs
-    return read_metrics(run_dir / "metrics.jsonl")
-
-
-def run_independent(
-    task: str, count: int, train_args: list[str], run_dir: Path, timeout: float, seed: int = 0
-) -> list[list[dict]]:
-    """``count`` single processes started together (seeds seed+i, like ranks); their metrics."""
-    from distrl.telemetry import read_metrics
-
-    _fresh(run_dir)
-    procs, logs, dirs = [], [], []
-    files = []
-    try:
-        for i in range(count):
-            d = run_dir / f"p{i}"
-            d.mkdir()
-            cmd = [
-                sys.executable,
-                "-m",
-                "distrl.cli",
-                "train",
-                task,
-                *train_args,
-                "--seed",
-                str(seed + i),
-                "--run-dir",
-                str(d),
-            ]
-            log = d / "launch.log"
-            f = log.open("w")
-            files.append(f)
-            procs.append(_start(cmd, f))
-            logs.append(log)
-            dirs.append(d)
-        _wait(procs, logs, timeout, f"ceiling run of {count} processes")
-    finally:
-        for f in files:
-            f.close()
-    return [read_metrics(d / "metrics.jsonl") for d in dirs]
-
-
-def show(title: str, rows: list[dict], cols: list[tuple]) -> None:
-    """Print ``rows`` with short headers: cols are (header, key) or (header, key, scale)."""
-    shown = []
-    for r in rows:
-        d = {}
-        for c in cols:
-            v = r.get(c[1])
-            if isinstance(v, bool):
-                v = "yes" if v else "no"
-            elif len(c) > 2 and isinstance(v, int | float):
-                v = v * c[2]
-            d[c[0]] = v
-        shown.append(d)
-    common.print_table(title, shown, [c[0] for c in cols])
-
-
 def _mean(xs: list[float | None]) -> float | None:
     if not xs or any(x is None for x in xs):
         return None
@@ -302,18 +128,49 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 # ---- the command ---------------------------------------------------------------------------
-def scaling(a: ScalingArgs) -> list[dict]:
-    from distrl.bench.project import grad_buffer_bytes
-    from distrl.config import validate
-    from distrl.envs.registry import get_task
+@dataclass(frozen=True)
+class Plan:
+    """What every run of one `bench scaling` invocation trains, checked before the first run."""
 
+    worlds: list[int]
+    envs: dict[int, int]
+    """Envs per rank at each world size."""
+    num_steps: int
+    epochs: int
+    minibatches: int
+    grad_bytes: int
+    ncores: int
+    extra: list[str]
+
+
+def scaling(a: ScalingArgs) -> list[dict]:
     m = common.header("distrl bench scaling")
     out = common.out_dir(a.out, "scaling")
-    worlds = parse_ints(a.world_sizes)
+    plan = make_plan(a)
+    announce(a, plan)
+    per_run = run_all(a, plan, out)
+    summary = summarize(per_run, plan.worlds, plan.ncores)
+    for row in summary:
+        row |= run_facts(a, plan, m)
+    write_results(a, plan, m, out, per_run, summary)
+    print_results(a, summary, out)
+    return summary
+
+
+def check_args(a: ScalingArgs) -> None:
     if a.repeats < 1 or a.iterations < 1 or a.warmup < 0:
         raise ValueError("--repeats and --iterations must be >= 1 and --warmup >= 0")
     if a.iterations <= a.warmup:
         raise ValueError(f"--iterations {a.iterations} must exceed --warmup {a.warmup}")
+
+
+def make_plan(a: ScalingArgs) -> Plan:
+    """The task's defaults with the overrides; every world size's config validated up front."""
+    from distrl.config import validate
+    from distrl.envs.registry import get_task
+
+    worlds = common.parse_ints(a.world_sizes)
+    check_args(a)
     base = get_task(a.task).default_config()
     base = dataclasses.replace(base, task=get_task(a.task).name)
     agent = dataclasses.replace(
@@ -325,143 +182,170 @@ def scaling(a: ScalingArgs) -> list[dict]:
         save_interval=10**9,
     )
     envs_arg = a.num_envs or base.env.num_envs
-    extra = split_extra(a.extra)
-    plan = {}
+    envs, configs = {}, {}
     for w in worlds:  # validate every configuration before the first run starts
-        e = per_rank_envs(envs_arg, w, a.mode)
-        cfg = validate(
-            dataclasses.replace(base, agent=agent, env=dataclasses.replace(base.env, num_envs=e))
-        )
-        plan[w] = (e, cfg)
-    T, K, M = agent.num_steps, agent.num_epochs, agent.num_minibatches
-    grad_bytes = grad_buffer_bytes(plan[worlds[0]][1])
-    ncores = cores()
-    common.console.print(
-        f"task {a.task} | {a.mode} scaling | T={T} K={K} M={M} | envs "
-        + ", ".join(f"W={w}: {plan[w][0]}/rank" for w in worlds)
-        + f" | {a.iterations} iterations ({a.warmup} warm-up) x {a.repeats} repeats"
-        + f" | gradient buffer {grad_bytes:,} B"
+        envs[w] = per_rank_envs(envs_arg, w, a.mode)
+        env = dataclasses.replace(base.env, num_envs=envs[w])
+        configs[w] = validate(dataclasses.replace(base, agent=agent, env=env))
+    return Plan(
+        worlds=worlds,
+        envs=envs,
+        num_steps=agent.num_steps,
+        epochs=agent.num_epochs,
+        minibatches=agent.num_minibatches,
+        grad_bytes=grad_buffer_bytes(configs[worlds[0]]),
+        ncores=common.cores(),
+        extra=common.split_extra(a.extra),
     )
-    over = [w for w in worlds if w > ncores]
+
+
+def announce(a: ScalingArgs, plan: Plan) -> None:
+    common.console.print(
+        f"task {a.task} | {a.mode} scaling | T={plan.num_steps} K={plan.epochs} "
+        f"M={plan.minibatches} | envs "
+        + ", ".join(f"W={w}: {plan.envs[w]}/rank" for w in plan.worlds)
+        + f" | {a.iterations} iterations ({a.warmup} warm-up) x {a.repeats} repeats"
+        + f" | gradient buffer {plan.grad_bytes:,} B"
+    )
+    over = [w for w in plan.worlds if w > plan.ncores]
     if over:
         common.console.print(
-            f"[yellow]note: W={', '.join(map(str, over))} > {ncores} cores: oversubscribed; "
+            f"[yellow]note: W={', '.join(map(str, over))} > {plan.ncores} cores: oversubscribed; "
             f"those ranks share cores, so their FPS measures the machine, not the method "
             f"(compare with the ceiling column)."
         )
 
-    def train_args(e: int, profile: bool) -> list[str]:
-        args = [
-            "--env.num-envs",
-            str(e),
-            "--agent.num-steps",
-            str(T),
-            "--agent.num-epochs",
-            str(K),
-            "--agent.num-minibatches",
-            str(M),
-            "--agent.max-iterations",
-            str(a.iterations),
-            "--agent.save-interval",
-            str(10**9),
-            "--progress",
-            "False",
-            "--tensorboard",
-            "False",
-            "--threads",
-            str(a.threads),
-        ]
-        if profile:
-            args += ["--dist.profile-sync", "True"]
-        return args + extra
 
-    per_run: list[dict] = []
-    jobs = [(r, w) for r in range(a.repeats) for w in worlds]  # interleave W: drift spreads
+def train_args(a: ScalingArgs, plan: Plan, envs: int, profile: bool) -> list[str]:
+    """The `train` overrides of one run with ``envs`` envs per rank."""
+    args = [
+        "--env.num-envs",
+        str(envs),
+        "--agent.num-steps",
+        str(plan.num_steps),
+        "--agent.num-epochs",
+        str(plan.epochs),
+        "--agent.num-minibatches",
+        str(plan.minibatches),
+        "--agent.max-iterations",
+        str(a.iterations),
+        "--agent.save-interval",
+        str(10**9),
+        *quiet_train_args(a.threads),
+    ]
+    if profile:
+        args += ["--dist.profile-sync", "True"]
+    return args + plan.extra
+
+
+def run_all(a: ScalingArgs, plan: Plan, out: Path) -> list[dict]:
+    """Every repeat of every W (W interleaved, so that drift spreads over all of them), each
+    followed by its ceiling run; one row per run."""
+    jobs = [(r, w) for r in range(a.repeats) for w in plan.worlds]
     n_runs = len(jobs) + (sum(1 for _, w in jobs if w > 1) if a.ceiling else 0)
-    done = 0
+    per_run: list[dict] = []
     for r, w in jobs:
-        e, _ = plan[w]
-        common_row = {
+        row = {
             "W": w,
             "repeat": r,
-            "rollout_steps": T,
-            "num_envs_per_rank": e,
-            "global_batch": w * e * T,
+            "rollout_steps": plan.num_steps,
+            "num_envs_per_rank": plan.envs[w],
+            "global_batch": w * plan.envs[w] * plan.num_steps,
         }
-        t0 = time.perf_counter()
-        recs = run_training(
-            a.task,
-            w,
-            train_args(e, a.profile_sync),
-            out / "runs" / f"W{w}_r{r}",
-            a.timeout,
-            seed=1000 * r,
-            iterations=a.iterations,
-        )
-        st = run_stats(recs, a.warmup)
-        done += 1
-        per_run.append({**common_row, "kind": "distributed", **st})
-        common.console.print(
-            f"[{done}/{n_runs}] W={w} repeat {r}: {st['fps']:,.0f} env-steps/s, t_iter "
-            f"{st['t_iter'] * 1e3:.1f} ms (comm {(st['t_comm'] or 0) * 1e3:.1f} ms) "
-            f"[{time.perf_counter() - t0:.0f} s]"
-        )
+        per_run.append(distributed_run(a, plan, out, row, f"[{len(per_run) + 1}/{n_runs}]"))
         if a.ceiling and w > 1:
-            t0 = time.perf_counter()
-            runs = run_independent(
-                a.task,
-                w,
-                train_args(e, False),
-                out / "runs" / f"W{w}_r{r}_ceiling",
-                a.timeout,
-                seed=1000 * r,
-            )
-            stats = [run_stats(x, a.warmup) for x in runs]
-            fps = sum(s["fps"] for s in stats)
-            done += 1
-            per_run.append(
-                {
-                    **common_row,
-                    "kind": "ceiling",
-                    "fps": fps,
-                    "fps_per_process": " ".join(f"{s['fps']:.0f}" for s in stats),
-                    "t_iter": statistics.fmean(s["t_iter"] for s in stats),
-                    "t_rollout": statistics.fmean(s["t_rollout"] for s in stats),
-                    "t_learn": statistics.fmean(s["t_learn"] for s in stats),
-                }
-            )
-            common.console.print(
-                f"[{done}/{n_runs}] W={w} repeat {r}: ceiling ({w} independent processes) "
-                f"{fps:,.0f} env-steps/s [{time.perf_counter() - t0:.0f} s]"
-            )
-    summary = summarize(per_run, worlds, ncores)
-    for row in summary:
-        row |= {
-            "task": a.task,
-            "mode": a.mode,
-            "epochs": K,
-            "minibatches": M,
-            "grad_bytes": grad_bytes,
-            "iterations": a.iterations,
-            "warmup": a.warmup,
-            "repeats": a.repeats,
-            "threads": a.threads,
-            "profile_sync": a.profile_sync,
-            "cpu": m["cpu"],
-            "cores": ncores,
-            "device": m["device"],
-            "torch": m["torch"],
-        }
-    common.write_csv(out / "per_run.csv", per_run)
-    common.write_csv(out / "summary.csv", summary)
+            per_run.append(ceiling_run(a, plan, out, row, f"[{len(per_run) + 1}/{n_runs}]"))
+    return per_run
+
+
+def distributed_run(a: ScalingArgs, plan: Plan, out: Path, row: dict, label: str) -> dict:
+    """One training run of W ranks: its FPS and time breakdown."""
+    w, r = row["W"], row["repeat"]
+    t0 = time.perf_counter()
+    recs = run_training(
+        a.task,
+        w,
+        train_args(a, plan, plan.envs[w], a.profile_sync),
+        out / "runs" / f"W{w}_r{r}",
+        a.timeout,
+        seed=1000 * r,
+        iterations=a.iterations,
+    )
+    st = run_stats(recs, a.warmup)
+    common.console.print(
+        f"{label} W={w} repeat {r}: {st['fps']:,.0f} env-steps/s, t_iter "
+        f"{st['t_iter'] * 1e3:.1f} ms (comm {(st['t_comm'] or 0) * 1e3:.1f} ms) "
+        f"[{time.perf_counter() - t0:.0f} s]"
+    )
+    return {**row, "kind": "distributed", **st}
+
+
+def ceiling_run(a: ScalingArgs, plan: Plan, out: Path, row: dict, label: str) -> dict:
+    """W independent processes with the same per-rank work: their summed FPS."""
+    w, r = row["W"], row["repeat"]
+    t0 = time.perf_counter()
+    runs = run_independent(
+        a.task,
+        w,
+        train_args(a, plan, plan.envs[w], False),
+        out / "runs" / f"W{w}_r{r}_ceiling",
+        a.timeout,
+        seed=1000 * r,
+    )
+    stats = [run_stats(x, a.warmup) for x in runs]
+    fps = sum(s["fps"] for s in stats)
+    common.console.print(
+        f"{label} W={w} repeat {r}: ceiling ({w} independent processes) "
+        f"{fps:,.0f} env-steps/s [{time.perf_counter() - t0:.0f} s]"
+    )
+    return {
+        **row,
+        "kind": "ceiling",
+        "fps": fps,
+        "fps_per_process": " ".join(f"{s['fps']:.0f}" for s in stats),
+        "t_iter": statistics.fmean(s["t_iter"] for s in stats),
+        "t_rollout": statistics.fmean(s["t_rollout"] for s in stats),
+        "t_learn": statistics.fmean(s["t_learn"] for s in stats),
+    }
+
+
+def run_facts(a: ScalingArgs, plan: Plan, m: dict) -> dict:
+    """Columns every summary row carries: the settings and the machine."""
+    return {
+        "task": a.task,
+        "mode": a.mode,
+        "epochs": plan.epochs,
+        "minibatches": plan.minibatches,
+        "grad_bytes": plan.grad_bytes,
+        "iterations": a.iterations,
+        "warmup": a.warmup,
+        "repeats": a.repeats,
+        "threads": a.threads,
+        "profile_sync": a.profile_sync,
+        "cpu": m["cpu"],
+        "cores": plan.ncores,
+        "device": m["device"],
+        "torch": m["torch"],
+    }
+
+
+def write_results(
+    a: ScalingArgs, plan: Plan, m: dict, out: Path, per_run: list[dict], summary: list[dict]
+) -> None:
     from distrl.bench import plots
 
+    common.write_csv(out / "per_run.csv", per_run)
+    common.write_csv(out / "summary.csv", summary)
     plots.scaling(
         summary,
         out / "plots.png",
-        f"{a.task}, {a.mode} scaling, T={T}, K={K}, M={M} | {m['cpu']}, {ncores} cores",
+        f"{a.task}, {a.mode} scaling, T={plan.num_steps}, K={plan.epochs}, M={plan.minibatches}"
+        f" | {m['cpu']}, {plan.ncores} cores",
     )
-    show(
+
+
+def print_results(a: ScalingArgs, summary: list[dict], out: Path) -> None:
+    common.show(
         f"scaling: {a.task}, {a.mode} (FPS over iterations after {a.warmup} warm-up)",
         summary,
         [
@@ -478,7 +362,7 @@ def scaling(a: ScalingArgs) -> list[dict]:
         ],
     )
     ms = 1e3
-    show(
+    common.show(
         "time per iteration (ms, mean over kept iterations and repeats)",
         summary,
         [
@@ -493,13 +377,12 @@ def scaling(a: ScalingArgs) -> list[dict]:
             ("ρ_sync", "rho_sync"),
         ],
     )
-    if not a.profile_sync and any(w > 1 for w in worlds):
+    if not a.profile_sync and any(r["W"] > 1 for r in summary):
         common.console.print(
             "t_sync is not measured without --profile-sync (waiting for a slower rank then shows "
             "up inside t_comm)."
         )
     common.console.print(f"wrote {out / 'per_run.csv'}, {out / 'summary.csv'}, {out / 'plots.png'}")
-    return summary
 
 
 def summarize(per_run: list[dict], worlds: list[int], ncores: int) -> list[dict]:

@@ -3,10 +3,13 @@ seed, one process each; the median over seeds is the figure we quote."""
 
 from __future__ import annotations
 
+import statistics
 import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from distrl.bench import common
+from distrl.bench.runs import PYTHON_CLI, quiet_train_args
 from distrl.telemetry import read_metrics
 
 # task -> target return (Gymnasium's own thresholds where it defines one)
@@ -16,6 +19,22 @@ DEFAULT_TARGETS = {
     "pendulum": -200.0,
     "acrobot": -100.0,
 }
+
+
+@dataclass(frozen=True)
+class SolveArgs:
+    tasks: tuple[str, ...] = ("cartpole", "gym:CartPole-v1", "pendulum")
+    """Tasks to train with their default configs."""
+    seeds: int = 5
+    """Seeds per task (one process each)."""
+    target: tuple[float, ...] = ()
+    """Target return per task (default: 475 for CartPole, -200 for pendulum)."""
+    threads: int = 1
+    """Intra-op threads."""
+    out: str | None = None
+    """Results directory (default bench_out/solve)."""
+    extra: tuple[str, ...] = ()
+    """Extra overrides passed to every `train` (e.g. --agent.max-iterations 300)."""
 
 
 def time_to_target(records: list[dict], target: float) -> tuple[float | None, int | None]:
@@ -29,24 +48,100 @@ def time_to_target(records: list[dict], target: float) -> tuple[float | None, in
 
 def run_seed(task: str, seed: int, run_dir: Path, extra: list[str], threads: int) -> list[dict]:
     cmd = [
-        sys.executable,
-        "-m",
-        "distrl.cli",
+        *PYTHON_CLI,
         "train",
         task,
         "--seed",
         str(seed),
         "--run-dir",
         str(run_dir),
-        "--progress",
-        "False",
-        "--tensorboard",
-        "False",
-        "--threads",
-        str(threads),
+        *quiet_train_args(threads),
         *extra,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     return read_metrics(run_dir / "metrics.jsonl")
+
+
+def solve(a: SolveArgs) -> list[dict]:
+    m = common.header("distrl bench solve")
+    out = common.out_dir(a.out, "solve")
+    per_run, summary = [], []
+    for i, task in enumerate(a.tasks):
+        target = task_target(a, i, task)
+        runs = [solve_seed(a, task, target, seed, out) for seed in range(a.seeds)]
+        per_run += runs
+        summary.append({**summarize_task(a, task, target, runs), **machine_columns(m)})
+    common.write_csv(out / "per_run.csv", per_run)
+    common.write_csv(out / "summary.csv", summary)
+    common.print_table(
+        "time to target (training wall time)",
+        summary,
+        [
+            "task",
+            "target",
+            "reached",
+            "median_time_s",
+            "min_time_s",
+            "max_time_s",
+            "median_steps",
+            "median_final_return",
+        ],
+    )
+    return summary
+
+
+def task_target(a: SolveArgs, i: int, task: str) -> float:
+    """--target's i-th value, else the task's default."""
+    target = a.target[i] if i < len(a.target) else DEFAULT_TARGETS.get(task)
+    if target is None:
+        raise ValueError(f"no default target for {task}; pass --target")
+    return target
+
+
+def solve_seed(a: SolveArgs, task: str, target: float, seed: int, out: Path) -> dict:
+    """One seed trained to the end: when it reached ``target`` and where it finished."""
+    run_dir = out / task.replace(":", "_") / f"seed{seed}"
+    recs = run_seed(task, seed, run_dir, common.split_extra(a.extra), a.threads)
+    t, s = time_to_target(recs, target)
+    final = recs[-1].get("episode_return_mean") if recs else None
+    common.console.print(
+        f"{task} seed {seed}: time to {target:g} = "
+        f"{'not reached' if t is None else f'{t:.2f} s'}, final {final}"
+    )
+    return {
+        "task": task,
+        "seed": seed,
+        "target": target,
+        "time_to_target_s": t,
+        "steps_to_target": s,
+        "final_return": final,
+        "wall_time_s": recs[-1]["wall_time"],
+    }
+
+
+def summarize_task(a: SolveArgs, task: str, target: float, runs: list[dict]) -> dict:
+    times = [r["time_to_target_s"] for r in runs]
+    steps = [r["steps_to_target"] for r in runs]
+    reached = [t for t in times if t is not None]
+    return {
+        "task": task,
+        "target": target,
+        "seeds": a.seeds,
+        "reached": len(reached),
+        # a seed that never reached the target counts as infinitely slow in the median
+        "median_time_s": (
+            statistics.median([t if t is not None else float("inf") for t in times])
+            if times
+            else None
+        ),
+        "min_time_s": min(reached) if reached else None,
+        "max_time_s": max(reached) if reached else None,
+        "median_steps": common.median([float(s) for s in steps if s is not None]),
+        "median_final_return": common.median([r["final_return"] for r in runs]),
+    }
+
+
+def machine_columns(m: dict) -> dict:
+    return {"cpu": m["cpu"], "cores": m["cores"], "torch": m["torch"]}

@@ -1,5 +1,6 @@
 """`distrl bench throughput`: env-steps per second of the rollout alone and of whole training
-iterations, each case in a fresh process (its own thread count and peak memory).
+iterations, each case in a fresh process (its own thread count and peak memory): the command
+(``throughput``) starts ``python -m distrl.bench.throughput`` (``main``) once per case and repeat.
 
 Cases:
   rollout  policy act + env step + storage, the runner's own ``rollout()``, no learning
@@ -13,9 +14,69 @@ import argparse
 import dataclasses
 import json
 import resource
+import statistics
 import time
+from dataclasses import dataclass
 
 import torch
+
+from distrl.bench import common
+
+
+@dataclass(frozen=True)
+class ThroughputArgs:
+    task: str = "cartpole"
+    """Task to measure."""
+    rollout_envs: int = 4096
+    """Envs for the rollout-only case."""
+    e2e_envs: int = 1024
+    """Envs for the end-to-end case (rsl_rl's CartPole setting)."""
+    num_steps: int = 32
+    """Steps per env per iteration."""
+    iterations: int = 10
+    """Timed iterations per run (after one warm-up)."""
+    repeats: int = 3
+    """Fresh processes per case; the median is reported."""
+    threads: int = 1
+    """Intra-op threads."""
+    out: str | None = None
+    """Results directory (default bench_out/throughput)."""
+
+
+COLUMNS = [
+    "case",
+    "task",
+    "num_envs",
+    "num_steps",
+    "threads",
+    "sps_median",
+    "sps_runs",
+    "peak_rss_mb",
+]
+
+
+def throughput(a: ThroughputArgs) -> list[dict]:
+    m = common.header("distrl bench throughput")
+    out = common.out_dir(a.out, "throughput")
+    cases = (("rollout", a.rollout_envs), ("e2e", a.e2e_envs), ("e2e", a.rollout_envs))
+    rows = [measure_case(a, case, envs, m) for case, envs in cases]
+    common.write_csv(out / "throughput.csv", rows)
+    common.print_table("throughput (env-steps/s, median of fresh processes)", rows, COLUMNS)
+    common.console.print(f"wrote {out / 'throughput.csv'}")
+    return rows
+
+
+def measure_case(a: ThroughputArgs, case: str, envs: int, m: dict) -> dict:
+    """``a.repeats`` fresh processes of one case: the median of their medians, their spread."""
+    args = ["--case", case, "--task", a.task, "--num-envs", str(envs)]
+    args += ["--num-steps", str(a.num_steps), "--iterations", str(a.iterations)]
+    args += ["--threads", str(a.threads)]
+    runs = [common.run_json("distrl.bench.throughput", args) for _ in range(a.repeats)]
+    row = dict(runs[0])
+    row["sps_median"] = statistics.median(r["sps_median"] for r in runs)
+    row["sps_runs"] = " ".join(f"{r['sps_median']:.0f}" for r in runs)
+    row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    return row | {"cpu": m["cpu"], "cores": m["cores"], "torch": m["torch"]}
 
 
 def measure(

@@ -4,6 +4,10 @@ Standalone c10d rendezvous bound to loopback (127.0.0.1, a free port): nothing l
 interfaces unless the user runs torchrun themselves with explicit multi-node flags. With
 ``--max-restarts R`` torchrun restarts every rank when one dies; the training command then
 resumes from the newest valid checkpoint (``--resume auto`` in a fixed run directory).
+
+The ranks get ``OMP_NUM_THREADS`` = cores // N (at least 1) unless the user set it: each rank's
+share of the machine, as its intra-op thread count is by default. torchrun would otherwise set
+it to 1 and print a banner about it to every newcomer.
 """
 
 from __future__ import annotations
@@ -60,12 +64,23 @@ def torchrun_command(nproc: int, max_restarts: int, script_args: list[str]) -> l
     ]
 
 
-def launch(nproc: int, max_restarts: int, script_args: list[str]) -> int:
-    """Run the ranks under torchrun; return its exit code."""
+def launch_env(nproc: int) -> dict[str, str]:
+    """The environment torchrun and its ``nproc`` ranks start with: this process's, plus
+    defaults for what the user did not set."""
+    from distrl.distributed.context import default_threads
+
     env = dict(os.environ)
     # Torch 2.13's elastic restart with Gloo fails to reconnect when the agent shares its
     # rendezvous TCP store with the workers; an unshared store restarts cleanly.
     env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # Set, torchrun leaves it alone (no "Setting OMP_NUM_THREADS" banner); cores // nproc is
+    # each rank's share, the same as its default intra-op threads.
+    env.setdefault("OMP_NUM_THREADS", str(default_threads(nproc)))
+    return env
+
+
+def launch(nproc: int, max_restarts: int, script_args: list[str]) -> int:
+    """Run the ranks under torchrun; return its exit code."""
     cmd = torchrun_command(nproc, max_restarts, script_args)
-    return subprocess.call(cmd, env=env)
+    return subprocess.call(cmd, env=launch_env(nproc))

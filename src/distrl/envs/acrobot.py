@@ -17,8 +17,8 @@ import math
 
 import torch
 
-from distrl.envs.cartpole import TorchVecEnv
 from distrl.envs.core import ActionSpace
+from distrl.envs.torch_vec import TorchVecEnv
 
 
 class Acrobot(TorchVecEnv):

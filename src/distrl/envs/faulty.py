@@ -9,8 +9,9 @@
   inf_at   = [(step, env_index, field)]   ... becomes +Inf
 
 The corrupted values are copies: the wrapped env's state stays finite, so the fault shows up only
-where it was injected. The registry exposes it as task ``faulty-cartpole`` (not listed by
-``distrl list``), configured by the ``DISTRL_FAULTS`` environment variable; see ``parse_faults``.
+where it was injected. The registry's test tasks expose it as task ``faulty-cartpole``: never listed
+by ``distrl list``, available only while the ``DISTRL_FAULTS`` environment variable is set, which
+also says where the faults go; see ``parse_faults``.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from distrl.envs.cartpole import TorchVecEnv
 from distrl.envs.core import ActionSpace
+from distrl.envs.torch_vec import TorchVecEnv
 
 
 class Pendulum(TorchVecEnv):

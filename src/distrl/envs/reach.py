@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from distrl.envs.cartpole import TorchVecEnv, _where_rows
+from distrl.envs.torch_vec import TorchVecEnv, _where_rows
 from distrl.envs.core import ActionSpace
 from distrl.envs.episodic import EpisodicVecEnv
 

@@ -4,12 +4,22 @@ Built-in tasks are the batched torch envs (``cartpole``, ``acrobot``, ``pendulum
 Gymnasium id is available as ``gym:<Id>`` (built on demand, so the list below only shows examples).
 ``default_config`` returns a fresh config every call (config dataclasses are frozen; callers derive
 variants with ``dataclasses.replace``).
+
+Test tasks live in a registry of their own, ``_TEST_TASKS``: today ``faulty-cartpole``, the
+fault-injecting CartPole of ``distrl.envs.faulty`` that the reliability tests train. They are
+never listed by ``list_tasks`` (so never by ``distrl list``), and ``get_task`` resolves them only
+while the ``DISTRL_FAULTS`` environment variable is set (to fault items, or empty for none). We
+chose the variable over a ``register_test_tasks()`` call because the tests also start the real CLI
+(``distrl train faulty-cartpole``, torchrun and its ranks) in subprocesses, which inherit the
+variable but not a registration made in the test process; and the task means nothing without the
+faults the variable carries. Without it the name is refused with a message that says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +29,7 @@ from distrl.config import AgentConfig, EnvConfig, TrainConfig
 from distrl.envs.acrobot import Acrobot
 from distrl.envs.cartpole import CartPole
 from distrl.envs.core import VecEnv
+from distrl.envs.faulty import FAULTS_ENV_VAR
 from distrl.envs.pendulum import Pendulum
 
 GYM_PREFIX = "gym:"
@@ -113,8 +124,8 @@ def _faulty_cartpole(
     return from_environment(num_envs, device, max_episode_steps)
 
 
-# Accepted by name but not listed by `distrl list`: test fixtures, not tasks to train.
-_HIDDEN: dict[str, Task] = {
+# Test fixtures, not tasks to train: never listed; resolved only while DISTRL_FAULTS is set.
+_TEST_TASKS: dict[str, Task] = {
     "faulty-cartpole": Task(
         name="faulty-cartpole",
         description="test: fault injection (cartpole that raises or returns NaN/Inf on cue, "
@@ -164,8 +175,8 @@ def get_task(name: str) -> Task:
     """The task called ``name``; ``gym:<Id>`` for any registered Gymnasium environment."""
     if name in _BUILTINS:
         return _BUILTINS[name]
-    if name in _HIDDEN:
-        return _HIDDEN[name]
+    if name in _TEST_TASKS:
+        return _test_task(name)
     if name.startswith(GYM_PREFIX):
         return _gym_task(name, _GYM_EXAMPLES.get(name[len(GYM_PREFIX) :]))
     known = [*_BUILTINS, *(GYM_PREFIX + i for i in _GYM_EXAMPLES)]
@@ -176,6 +187,17 @@ def get_task(name: str) -> Task:
         f"unknown task {name!r}.{hint} Run `distrl list` for every task, or use gym:<Id> for a "
         f"Gymnasium environment."
     )
+
+
+def _test_task(name: str) -> Task:
+    """A task of ``_TEST_TASKS``, refused unless ``DISTRL_FAULTS`` is set (see the module doc)."""
+    if FAULTS_ENV_VAR not in os.environ:
+        raise ValueError(
+            f"task {name!r} is a test fixture, available only while {FAULTS_ENV_VAR} is set "
+            f"(to fault items, or empty for none), e.g. {FAULTS_ENV_VAR}='raise:11:3' distrl "
+            f"train {name}; `distrl list` shows the tasks to train"
+        )
+    return _TEST_TASKS[name]
 
 
 def default_config(name: str) -> TrainConfig:

@@ -1,0 +1,39 @@
+"""`--nproc N` launcher: the environment torchrun and its ranks start with."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from distrl.distributed import launch
+
+
+@pytest.fixture
+def started(monkeypatch) -> list[dict]:
+    """What ``launch.launch`` would start torchrun with, without starting it."""
+    calls: list[dict] = []
+
+    def call(cmd, env):
+        calls.append({"cmd": cmd, "env": env})
+        return 0
+
+    monkeypatch.setattr(launch.subprocess, "call", call)
+    return calls
+
+
+@pytest.mark.parametrize(("cores", "nproc", "expected"), [(8, 2, "4"), (8, 3, "2"), (1, 2, "1")])
+def test_launcher_sets_each_ranks_share_of_the_cores(monkeypatch, started, cores, nproc, expected):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert launch.launch(nproc, 0, ["train", "cartpole"]) == 0
+    (run,) = started
+    assert run["env"]["OMP_NUM_THREADS"] == expected
+    assert f"--nproc-per-node={nproc}" in run["cmd"]
+    assert "OMP_NUM_THREADS" not in os.environ  # the launcher's own environment is untouched
+
+
+def test_launcher_keeps_the_users_omp_num_threads(monkeypatch, started):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    launch.launch(2, 0, ["train", "cartpole"])
+    assert started[0]["env"]["OMP_NUM_THREADS"] == "3"

@@ -103,3 +103,40 @@ def test_resume_from_missing_path_exits_nonzero_naming_it(tmp_path):
     assert "does not exist" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr  # a user error, not a crash
     assert not run_dir.exists(), "a failed resume must not create the run directory"
+
+
+@pytest.mark.timeout(60)
+def test_keep_checkpoints_and_stale_temporaries_through_the_cli(tmp_path, capsys):
+    ckdir = tmp_path / "checkpoints"
+    ckdir.mkdir()
+    stale = ckdir / ".tmp-ckpt_00000002.pt.12345.9f3a"  # the pattern save_checkpoint uses
+    stale.write_bytes(b"half a checkpoint")
+    train(tmp_path, "--agent.max-iterations", "5", "--agent.save-interval", "1")
+    train(
+        tmp_path,
+        "--agent.max-iterations",
+        "7",
+        "--agent.save-interval",
+        "1",
+        "--agent.keep-checkpoints",
+        "2",
+        "--resume",
+        "auto",
+    )
+    out = capsys.readouterr().out
+    assert not stale.exists() and stale.name in out
+    assert sorted(p.name for p in ckdir.glob("ckpt_*.pt")) == [
+        "ckpt_00000006.pt",
+        "ckpt_00000007.pt",
+    ]
+
+
+@pytest.mark.timeout(60)
+def test_resume_at_max_iterations_says_there_is_nothing_to_train(uninterrupted, capsys):
+    run_dir, full = uninterrupted
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    final = train(run_dir, "--agent.max-iterations", "6", "--resume", "auto")
+    out = capsys.readouterr().out
+    assert "already at iteration 6" in out and "nothing to train" in out
+    assert final["iteration"] == 6
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before

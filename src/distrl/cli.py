@@ -156,6 +156,9 @@ def run_training(cfg: TrainConfig) -> dict:
                 f"on {ctx.device} ({ctx.backend or 'single process'}, strategy "
                 f"{strategy.name}) | run dir {run_dir}"
             )
+            if ctx.is_main:  # before any save of this run: what a killed save left behind
+                for stale in ckpt.remove_stale_temporaries(run_dir / "checkpoints"):
+                    tel.message(f"checkpoint: removed {stale.name}, left by an interrupted save")
             for path, reason in skipped:
                 tel.message(f"resume: skipped {path}: {reason}")
             if resume_path is not None:

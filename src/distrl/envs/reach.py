@@ -39,9 +39,9 @@ from typing import Any
 
 import torch
 
-from distrl.envs.torch_vec import TorchVecEnv, _where_rows
 from distrl.envs.core import ActionSpace
 from distrl.envs.episodic import EpisodicVecEnv
+from distrl.envs.torch_vec import TorchVecEnv, _where_rows
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,10 @@ class OnPolicyRunner:
             "config": cfg_dict,
             "config_hash": ckpt.config_hash(cfg_dict),
         }
-        return ckpt.save_checkpoint(self.run_dir / "checkpoints", self.iteration, state, meta)
+        keep = self.cfg.agent.keep_checkpoints
+        return ckpt.save_checkpoint(
+            self.run_dir / "checkpoints", self.iteration, state, meta, keep=keep
+        )
 
     def load(self, path: Path) -> list[str]:
         """Load the checkpoint every rank was told to load; returns notes on changed fields."""

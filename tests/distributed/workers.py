@@ -47,14 +47,23 @@ def recorded(iteration: int, T: int, N: int, obs_dim: int) -> dict[str, torch.Te
     }
 
 
-def equivalence(rank: int, world: int, total_envs: int, iterations: int, agent: dict) -> dict:
+def equivalence(
+    rank: int,
+    world: int,
+    total_envs: int,
+    iterations: int,
+    agent: dict,
+    strategy_name: str = "allreduce",
+) -> dict:
     """Train on recorded transitions; ranks hold contiguous slices of the global envs.
 
     world == 1 stands for the single process holding every env (minibatches formed with
-    blocks = 2 so they equal the union of the two ranks' minibatches).
+    blocks = 2 so they equal the union of the two ranks' minibatches). Under a parameter-server
+    strategy rank 0 serves and ranks 1.. hold the slices.
     """
     import functools
 
+    from distrl.config import DistConfig
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import make_env
@@ -62,14 +71,20 @@ def equivalence(rank: int, world: int, total_envs: int, iterations: int, agent: 
     from distrl.storage.rollout import minibatch_indices
 
     ranks_in_layout = 2
-    n_local = total_envs // world
+    ps = strategy_name != "allreduce"
+    slot, holders = (rank - 1, world - 1) if ps else (rank, world)
+    n_local = total_envs // holders
     cfg = small_config(n_local, distributed=world > 1, **agent)
+    cfg = dataclasses.replace(cfg, dist=DistConfig(strategy=strategy_name))
     ctx = context.init(cfg)
     try:
         env = make_env(cfg, ctx.device)
         strategy = make_strategy(cfg, ctx)
         runner = OnPolicyRunner(cfg, strategy, env)
         learner = runner.learner
+        if strategy.roles.server:
+            runner.learn()  # serves until every worker is done
+            return replica(runner)
         if world == 1:  # one process forms the global minibatches of two ranks (blocks=2)
             a = cfg.agent
             learner.shuffle = functools.partial(
@@ -90,9 +105,10 @@ def equivalence(rank: int, world: int, total_envs: int, iterations: int, agent: 
 
         strategy.step = spy
         T = cfg.agent.num_steps
-        sl = slice(rank * n_local, (rank + 1) * n_local)
+        sl = slice(slot * n_local, (slot + 1) * n_local)
         updates = []
         for it in range(iterations):
+            strategy.heartbeat(it)
             d = recorded(it, T, total_envs, env.obs_dim)
             buf = runner.buffer
             with torch.no_grad():
@@ -114,17 +130,20 @@ def equivalence(rank: int, world: int, total_envs: int, iterations: int, agent: 
                 runner.collector.obs = d["next_obs"][sl].clone()
             m = runner.learn_step()
             updates.append({k: m[k] for k in ("train/updates", "train/early_stop", "lr")})
-        params = torch.cat([p.detach().reshape(-1) for p in runner.policy.parameters()])
-        norm = runner.policy.normalizer
-        return {
-            "params": params,
-            "norm": torch.cat([norm.mean64, norm.m2, norm.count.view(1)]),
-            "updates": updates,
-            "local_kls": local_kls,
-            "lr": runner.ppo.lr,
-        }
+        strategy.finish()
+        return {**replica(runner), "updates": updates, "local_kls": local_kls}
     finally:
         context.shutdown()
+
+
+def replica(runner) -> dict:
+    """Parameters, normalizer statistics and learning rate of a runner's policy."""
+    norm = runner.policy.normalizer
+    return {
+        "params": torch.cat([p.detach().reshape(-1) for p in runner.policy.parameters()]),
+        "norm": torch.cat([norm.mean64, norm.m2, norm.count.view(1)]),
+        "lr": runner.ppo.lr,
+    }
 
 
 def train_run(rank: int, world: int, overrides: dict) -> dict:
@@ -286,3 +305,60 @@ def run_cli(cmd: list[str], timeout: float, cwd=None, **env: str) -> tuple[int, 
             f"stderr:\n{err}"
         ) from None
     return proc.returncode, out, err, time.monotonic() - t0
+
+
+def ps_run(rank: int, world: int, run_dir: str, dist: dict, agent: dict, fault: dict) -> dict:
+    """``run_training`` under a parameter-server strategy, with an optional fault:
+    ``{"kill_worker": (rank, iteration)}`` SIGKILLs that worker on entering that update;
+    ``{"server": "kill"|"stop", "after": seconds}`` kills or stops rank 0 that long after its
+    first iteration record. Returns rank 0's console output and metrics, and on a worker the
+    error it raised with the wall-clock time (both sides write times into ``run_dir``)."""
+    import contextlib
+    import io
+    import json
+    import os
+    import signal
+    import threading
+    import time
+
+    from distrl.cli import run_training
+    from distrl.config import DistConfig, PSConfig
+    from distrl.runner.hooks import HOOKS, Hooks
+    from distrl.telemetry import read_metrics
+
+    kill = fault.get("kill_worker")
+
+    def hit_server() -> None:
+        with open(os.path.join(run_dir, "server_fault.json"), "w") as f:
+            json.dump({"t": time.time()}, f)
+        os.kill(os.getpid(), signal.SIGKILL if fault["server"] == "kill" else signal.SIGSTOP)
+
+    class Fault(Hooks):
+        def before_update(self, runner) -> None:
+            if kill and rank == kill[0] and runner.iteration == kill[1]:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        def after_iteration(self, runner, record) -> None:
+            if rank == 0 and "server" in fault and record["iteration"] == 1:
+                threading.Timer(fault["after"], hit_server).start()
+
+    HOOKS.append(Fault())
+    ps = PSConfig(**dist.pop("ps", {}))
+    cfg = small_config(16, distributed=True, **agent)
+    cfg = dataclasses.replace(cfg, run_dir=run_dir, dist=DistConfig(ps=ps, **dist))
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            final = run_training(cfg)
+    except BaseException as e:
+        if rank > 0:
+            with open(os.path.join(run_dir, f"worker{rank}_error.json"), "w") as f:
+                json.dump({"t": time.time(), "type": type(e).__name__, "error": str(e)}, f)
+        raise
+    res: dict = {"iteration": final.get("iteration")}
+    if rank == 0:
+        from pathlib import Path
+
+        res["stdout"] = out.getvalue()
+        res["records"] = read_metrics(Path(run_dir) / "metrics.jsonl")
+    return res

@@ -38,6 +38,8 @@ see the same data, in a different order than the server (float rounding only).
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import io
 import queue
 import threading
@@ -63,6 +65,14 @@ STATS, GRAD, STATE, DONE = 1, 2, 3, 4
 # server -> worker kinds
 PARAMS, STATS_REPLY, BYE = 1, 2, 3
 ACTIONS = ("step", "skip", "stop")
+
+
+class WorkerLost(PeerFailure):
+    """The server could not send to a worker."""
+
+    def __init__(self, worker: int, message: str):
+        super().__init__(message)
+        self.worker = worker
 
 
 # ---- transport ----------------------------------------------------------------------------
@@ -179,7 +189,13 @@ class ParameterServer(Collectives):
                 ]
             )
             msg[UP_HEADER : UP_HEADER + part.numel()] = part
-            self._timed(dist.send, msg, dst=SERVER, sync=False)
+            try:
+                self._timed(self._send, msg, SERVER)
+            except PeerFailure as e:
+                raise PeerFailure(
+                    f"rank {self.rank}/{self.world_size}: lost the parameter server (rank 0) "
+                    f"while sending to it: {str(e).split('Backend: ')[-1]}"
+                ) from e
 
     def _down(
         self, worker: int, kind: int, payload: torch.Tensor, decision: Decision | None = None
@@ -193,7 +209,19 @@ class ParameterServer(Collectives):
             head.append(part.numel())
             msg[:DOWN_HEADER] = torch.tensor(head, dtype=torch.float64).float()
             msg[DOWN_HEADER : DOWN_HEADER + part.numel()] = part
-            self._timed(dist.send, msg, dst=worker, sync=False)
+            try:
+                self._timed(self._send, msg, worker)
+            except PeerFailure as e:
+                raise WorkerLost(
+                    worker,
+                    f"rank 0/{self.world_size} (parameter server): could not send to worker "
+                    f"rank {worker}: {str(e).split('Backend: ')[-1]}",
+                ) from e
+
+    def _send(self, msg: torch.Tensor, peer: int) -> None:
+        """A send that gives up after --dist.timeout (a plain Gloo send to a stopped peer waits
+        forever once the socket buffer is full)."""
+        dist.isend(msg, dst=peer).wait(datetime.timedelta(seconds=self.timeout))
 
     # ---- worker side -------------------------------------------------------------------------
     @property
@@ -411,9 +439,13 @@ class _ServerLoop:
             self.last_seen[worker] = time.perf_counter()
             if worker not in self.live:
                 continue
-            yield from self._handle(worker, msg)
+            try:
+                yield from self._handle(worker, msg)
+            except WorkerLost as e:
+                self._lost(e.worker, f"sending to it failed ({e})")
         for w in sorted(self.live):
-            ps._down(w, BYE, torch.zeros(1))
+            with contextlib.suppress(WorkerLost):  # it finished and left: nothing to tell it
+                ps._down(w, BYE, torch.zeros(1))
 
     def _deadline(self) -> float:
         now = time.perf_counter()

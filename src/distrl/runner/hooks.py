@@ -19,5 +19,8 @@ class Hooks:
     def after_update(self, runner: OnPolicyRunner, metrics: dict[str, Any]) -> None:
         """After the update and the normalizer, before ``runner.iteration`` advances."""
 
+    def after_iteration(self, runner: OnPolicyRunner, record: dict[str, Any]) -> None:
+        """After an iteration's record is logged (every role, the server's too)."""
+
 
 HOOKS: list[Hooks] = []

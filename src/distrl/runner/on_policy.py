@@ -191,7 +191,7 @@ class OnPolicyRunner:
                 "time/sync": sync if strategy.measures_sync else None,
                 **metrics,
             }
-            self.tel.log(record)
+            self._log(record)
             if self.iteration % cfg.agent.save_interval == 0 or self.iteration == max_it:
                 self._checkpoint(record["wall_time"], metrics.get("train/skipped_updates", 0))
         strategy.verify_replicas(self.policy)
@@ -251,8 +251,13 @@ class OnPolicyRunner:
                 **m,
             }
             last_steps = steps
-            self.tel.log(record)
+            self._log(record)
         return record
+
+    def _log(self, record: dict[str, Any]) -> None:
+        self.tel.log(record)
+        for h in self.hooks:
+            h.after_iteration(self, record)
 
     def _checkpoint(self, wall_time: float, skipped: int) -> None:
         """Every rank calls this at a save point; rank 0 writes."""

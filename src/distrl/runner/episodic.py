@@ -41,6 +41,7 @@ from distrl.distributed.sharding import TaskSchedule, gradient_weights, task_sha
 from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.policy import ActorCritic, Moments
 from distrl.runner.hooks import HOOKS, Hooks
+from distrl.runner.on_policy import OnPolicyRunner
 from distrl.storage.episodes import EpisodeBatch, collect_episodes
 from distrl.telemetry import Telemetry
 
@@ -86,7 +87,8 @@ class EpisodicRunner:
         self.wall_offset = 0.0
         self.streak = 0  # iterations in a row at or above early_stop_success
         self.task_success = torch.full((T,), math.nan, dtype=torch.float64)  # latest, global
-        self.batch: EpisodeBatch | None = None  # the last iteration's episodes (tests read it)
+        self.task: int | None = None  # the current iteration's task and episodes (hooks read them)
+        self.batch: EpisodeBatch | None = None
         strategy.setup(self.policy, self.ppo)
 
     # ---- one iteration ----------------------------------------------------------------------
@@ -238,14 +240,7 @@ class EpisodicRunner:
             "task_success": self.task_success.clone(),
             "ranks": ranks,
         }
-        cfg_dict = to_dict(self.cfg)
-        meta = {
-            "task": self.cfg.task,
-            "world_size": self.strategy.world_size,
-            "env_steps": self.env_steps,
-            "config": cfg_dict,
-            "config_hash": ckpt.config_hash(cfg_dict),
-        }
+        meta = ckpt.run_metadata(to_dict(self.cfg), self.strategy.world_size, self.env_steps)
         return ckpt.save_checkpoint(self.run_dir / "checkpoints", self.iteration, state, meta)
 
     def load(self, path: Path) -> list[str]:
@@ -275,10 +270,10 @@ class EpisodicRunner:
             strategy.heartbeat(self.iteration)
             self.ppo.schedule_lr(self.iteration)
             t0 = time.perf_counter()
-            task, self.batch = self.collect()
+            self.task, self.batch = self.collect()
             t_rollout = time.perf_counter() - t0
             steps_before = self.env_steps
-            metrics = self.learn_step(task, self.batch)
+            metrics = self.learn_step(self.task, self.batch)
             comm, sync = strategy.take_times()
             self.iteration += 1
             now = time.perf_counter()
@@ -307,15 +302,8 @@ class EpisodicRunner:
         strategy.verify_replicas(self.policy)
         return record
 
-    def _checkpoint(self, wall_time: float, skipped: int) -> None:
-        if skipped:  # a global decision, so every rank skips the save together
-            self.tel.message(
-                f"checkpoint: not saving iteration {self.iteration}: {skipped} "
-                f"update(s) were skipped for non-finite loss or gradients"
-            )
-        else:
-            self.save(wall_time)
-        self.strategy.take_times()
+    # Save unless updates were skipped for NaN/Inf (a global decision: every rank agrees).
+    _checkpoint = OnPolicyRunner._checkpoint
 
     def close(self) -> None:
         for env in self.envs.values():

@@ -184,13 +184,14 @@ _EPISODIC: dict[str, Task] = {
         default_config=_episodic_config(
             "reach10",
             num_envs=32,
-            multitask=MultiTaskConfig(data_batch_size=64, group_size=8),
+            multitask=MultiTaskConfig(
+                data_batch_size=64, group_size=8, early_stop_success=0.95, early_stop_patience=5
+            ),
             num_epochs=4,
             num_minibatches=4,
             learning_rate=1e-3,
             lr_schedule="constant",
-            clip_coef=0.2,
-            max_iterations=200,
+            max_iterations=300,
         ),
         suite=EpisodicSuite(_reach_names(), _reach_task_env),
     ),

@@ -458,6 +458,17 @@ def _get(d: dict, dotted: str) -> Any:
     return node
 
 
+def run_metadata(cfg_dict: dict, world_size: int, env_steps: int) -> dict:
+    """A runner's manifest metadata: task, world size, env steps, the config and its hash."""
+    return {
+        "task": cfg_dict["task"],
+        "world_size": world_size,
+        "env_steps": env_steps,
+        "config": cfg_dict,
+        "config_hash": config_hash(cfg_dict),
+    }
+
+
 def config_hash(cfg_dict: dict) -> str:
     """sha256 over the ``MUST_MATCH`` fields of a config dict (``config.to_dict``).
 

@@ -114,8 +114,9 @@ def run_training(cfg: TrainConfig) -> dict:
     from distrl import checkpoint as ckpt
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy
-    from distrl.envs.registry import make_env
+    from distrl.envs.registry import get_task, make_env
     from distrl.envs.slow import SlowEnv
+    from distrl.runner.episodic import EpisodicRunner
     from distrl.runner.on_policy import OnPolicyRunner
     from distrl.telemetry import Telemetry
 
@@ -138,8 +139,9 @@ def run_training(cfg: TrainConfig) -> dict:
             if kind == "error":
                 raise ckpt.CheckpointError(None, value)
             resume_path = Path(value) if value else None
-        env = make_env(cfg, ctx.device)
-        if cfg.dist.slowdown(ctx.rank) > 1.0:  # testing knob: a straggler
+        suite = get_task(cfg.task).suite  # episodic suites train with the RLOO runner
+        env = None if suite else make_env(cfg, ctx.device)
+        if env is not None and cfg.dist.slowdown(ctx.rank) > 1.0:  # testing knob: a straggler
             env = SlowEnv(env, cfg.dist.slowdown(ctx.rank))
         with Telemetry.create(
             run_dir,
@@ -150,9 +152,13 @@ def run_training(cfg: TrainConfig) -> dict:
             progress=cfg.progress,
             enabled=ctx.is_main,
         ) as tel:
-            runner = OnPolicyRunner(cfg, strategy, env, tel, run_dir)
+            if suite:
+                runner = EpisodicRunner(cfg, strategy, suite, ctx.device, tel, run_dir)
+            else:
+                runner = OnPolicyRunner(cfg, strategy, env, tel, run_dir)
+            close = runner.close if env is None else env.close
             tel.message(
-                f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {env.num_envs} envs "
+                f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {cfg.env.num_envs} envs "
                 f"on {ctx.device} ({ctx.backend or 'single process'}, strategy "
                 f"{strategy.name}) | run dir {run_dir}"
             )
@@ -175,13 +181,13 @@ def run_training(cfg: TrainConfig) -> dict:
                     f"Raise --agent.max-iterations to train further."
                 )
                 tel.close()
-                env.close()
+                close()
                 clean = True
                 return {"iteration": runner.iteration, "env_steps": runner.env_steps}
             tel.start_iteration = runner.iteration
             final = runner.learn()
             tel.summary({**final, "run_dir": str(run_dir)})
-        env.close()
+        close()
         clean = True
         return final
     finally:

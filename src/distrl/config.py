@@ -160,6 +160,36 @@ def parse_slow_ranks(spec: str) -> dict[int, float]:
 
 
 @dataclass(frozen=True)
+class MultiTaskConfig:
+    """Multi-task episodic RLOO (seed 004); read only by episodic suites (``reach10``,
+    ``metaworld-mt10``). The parallel envs per rank are ``--env.num-envs``; of ``--agent`` the
+    PPO-clip fields apply (epochs, minibatches, learning rate and schedule, clip, entropy, KL,
+    grad norm, iterations, save interval), the critic and GAE ones do not (RLOO has no critic)."""
+
+    tasks: tuple[str, ...] = ()
+    """The suite's tasks to train (names); empty: all of them."""
+    data_batch_size: int = 64
+    """Episodes each rank collects per iteration, exactly; a multiple of group_size."""
+    group_size: int = 8
+    """K: rollouts per init state, one RLOO group (leave-one-out baseline over K - 1)."""
+    drop_uniform: bool = True
+    """Dynamic sampling: drop the groups whose K rewards are all equal (counted, not trained)."""
+    balance: Literal["episodes", "tasks"] = "episodes"
+    """Gradient weights: every kept episode counts the same, or every task trained this
+    iteration counts the same (ranks sharing a task split its share by their episodes)."""
+    early_stop_success: float | None = None
+    """Stop once the suite's success (mean over tasks of each task's latest success) is at
+    least this for early_stop_patience iterations in a row; None trains max_iterations."""
+    early_stop_patience: int = 3
+    """Consecutive iterations at or above early_stop_success before stopping."""
+
+    @property
+    def init_states_per_iteration(self) -> int:
+        """Init states a rank takes from its task's list each iteration."""
+        return self.data_batch_size // self.group_size
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     task: str = "cartpole"
     """Registered task name (see `distrl list`)."""
@@ -167,6 +197,7 @@ class TrainConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    multitask: MultiTaskConfig = field(default_factory=MultiTaskConfig)
     seed: int = 0
     """Base seed; each rank uses seed + global rank."""
     device: str = "auto"
@@ -270,11 +301,34 @@ def validate(cfg: TrainConfig, known_tasks: list[str] | None = None) -> TrainCon
             f"--agent.keep-checkpoints must be 1 or more, got {a.keep_checkpoints}; it is how "
             f"many of the newest checkpoints to keep (leave it unset to keep them all)"
         )
+    _validate_multitask(errors, cfg.multitask)
     if a.target_kl is not None and a.target_kl <= 0:
         errors.append(f"--agent.target-kl must be positive or None, got {a.target_kl}")
     if errors:
         raise ValueError("invalid configuration:\n  - " + "\n  - ".join(errors))
     return cfg
+
+
+def _validate_multitask(errors: list[str], m: MultiTaskConfig) -> None:
+    if m.group_size < 2:
+        errors.append(
+            f"--multitask.group-size must be at least 2 (a leave-one-out baseline needs another "
+            f"rollout of the same init state), got {m.group_size}"
+        )
+    _positive(errors, "--multitask.data-batch-size", m.data_batch_size, "use e.g. 64")
+    if m.group_size >= 2 and m.data_batch_size > 0 and m.data_batch_size % m.group_size:
+        lo = max(m.data_batch_size - m.data_batch_size % m.group_size, m.group_size)
+        errors.append(
+            f"--multitask.data-batch-size {m.data_batch_size} is not a multiple of "
+            f"--multitask.group-size {m.group_size} (every RLOO group holds K episodes of one "
+            f"init state); use {lo} or {lo + m.group_size}, or a group size dividing "
+            f"{m.data_batch_size}"
+        )
+    if m.early_stop_success is not None and not 0.0 < m.early_stop_success <= 1.0:
+        errors.append(
+            f"--multitask.early-stop-success must be in (0, 1] or None, got {m.early_stop_success}"
+        )
+    _positive(errors, "--multitask.early-stop-patience", m.early_stop_patience, "use e.g. 3")
 
 
 def to_dict(cfg: TrainConfig) -> dict:

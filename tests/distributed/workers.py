@@ -84,7 +84,7 @@ def equivalence(
         learner = runner.learner
         if strategy.roles.server:
             runner.learn()  # serves until every worker is done
-            return replica(runner)
+            return runner_replica(runner)
         if world == 1:  # one process forms the global minibatches of two ranks (blocks=2)
             a = cfg.agent
             learner.shuffle = functools.partial(
@@ -131,12 +131,12 @@ def equivalence(
             m = runner.learn_step()
             updates.append({k: m[k] for k in ("train/updates", "train/early_stop", "lr")})
         strategy.finish()
-        return {**replica(runner), "updates": updates, "local_kls": local_kls}
+        return {**runner_replica(runner), "updates": updates, "local_kls": local_kls}
     finally:
         context.shutdown()
 
 
-def replica(runner) -> dict:
+def runner_replica(runner) -> dict:
     """Parameters, normalizer statistics and learning rate of a runner's policy."""
     norm = runner.policy.normalizer
     return {
@@ -160,6 +160,21 @@ def train_run(rank: int, world: int, overrides: dict) -> dict:
     return {"iteration": final.get("iteration")}
 
 
+def replica(policy: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """What must be identical on every rank: parameters, buffers and optimizer state, flat."""
+    opt = [
+        v.detach().reshape(-1).double()
+        for s in optimizer.state.values()
+        for v in s.values()
+        if torch.is_tensor(v)
+    ]
+    return {
+        "params": torch.cat([p.detach().reshape(-1) for p in policy.parameters()]),
+        "buffers": torch.cat([b.detach().reshape(-1).double() for b in policy.buffers()]),
+        "optimizer": torch.cat(opt) if opt else torch.zeros(0),
+    }
+
+
 def learn_params(rank: int, world: int, iterations: int) -> dict:
     """OnPolicyRunner.learn() for a few real iterations; every rank returns its full state."""
     from distrl.distributed import context
@@ -173,19 +188,10 @@ def learn_params(rank: int, world: int, iterations: int) -> dict:
         env = make_env(cfg, ctx.device)
         runner = OnPolicyRunner(cfg, make_strategy(cfg, ctx), env)
         final = runner.learn()  # ends with strategy.verify_replicas
-        policy = runner.policy
-        opt = [
-            v.detach().reshape(-1).double()
-            for s in runner.ppo.optimizer.state.values()
-            for v in s.values()
-            if torch.is_tensor(v)
-        ]
         return {
             "iteration": runner.iteration,
             "env_steps": final["env_steps"],
-            "params": torch.cat([p.detach().reshape(-1) for p in policy.parameters()]),
-            "buffers": torch.cat([b.detach().reshape(-1).double() for b in policy.buffers()]),
-            "optimizer": torch.cat(opt),
+            **replica(runner.policy, runner.ppo.optimizer),
             "lr": runner.ppo.lr,
             "obs": runner.collector.obs.clone(),  # rank-local: different seeds, different envs
         }

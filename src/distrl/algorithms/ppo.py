@@ -208,7 +208,7 @@ class PPO:
     # ---- one minibatch -------------------------------------------------------------------
     def gradient(self, mb: Batch) -> torch.Tensor:
         """Loss and backward for one minibatch; returns ``flat`` = [grads | scalars]."""
-        cfg, n = self.cfg, self.num_grad
+        cfg = self.cfg
         new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
         loss, parts = ppo_loss(
             new_logp,
@@ -223,6 +223,13 @@ class PPO:
             cfg.vf_coef,
             cfg.ent_coef,
         )
+        return self.backward(loss, parts)
+
+    def backward(self, loss: torch.Tensor, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Backward of any loss on the policy into ``flat``; ``parts`` holds the decision
+        scalars (``approx_kl``, ``pg_loss``, ``v_loss``, ``entropy``, ``clipfrac``), and the
+        non-finite flag is set here. Returns ``flat`` = [grads | scalars]."""
+        n = self.num_grad
         self.flat.zero_()
         loss.backward()
         scalars = self.flat[n:]
@@ -274,17 +281,32 @@ class PPO:
         the whole global batch's mean/std when ``norm_adv``. ``shuffle()``: one epoch's
         minibatch indices into the flat [T*N] batch. ``stepper``: how each minibatch's gradient
         becomes new parameters (``LocalStep`` for one process)."""
-        cfg, stepper = self.cfg, stepper or LocalStep()
         data = buf.flat()
-        if cfg.norm_adv:
+        if self.cfg.norm_adv:
             data.advantages = (data.advantages - stats["adv_mean"]) / (stats["adv_std"] + 1e-8)
+        dev = self.flat.device
+        out = self.epochs(
+            shuffle, lambda idx: self.gradient(data.index(idx.to(dev, non_blocking=True))), stepper
+        )
+        out["explained_variance"] = stats["explained_variance"]
+        return out
+
+    def epochs(
+        self,
+        shuffle: Callable[[], list[torch.Tensor]],
+        gradient: Callable[[torch.Tensor], torch.Tensor],
+        stepper: GradientStep | None = None,
+    ) -> dict[str, float]:
+        """``num_epochs`` passes: per minibatch of ``shuffle()``, ``gradient(idx)`` -> ``flat``,
+        then ``stepper.step`` combines, decides and steps; stops every rank on the (global) KL.
+        Any loss fits: PPO's own (``update``) or another objective's through ``backward``."""
+        cfg, stepper = self.cfg, stepper or LocalStep()
         sums = dict.fromkeys(_SCALARS[:5], 0.0)
         steps = skipped = 0
         stopped_early = False
         for _epoch in range(cfg.num_epochs):
             for idx in shuffle():
-                mb = data.index(idx.to(self.flat.device, non_blocking=True))
-                decision = stepper.step(self, self.gradient(mb))
+                decision = stepper.step(self, gradient(idx))
                 if decision.action == "skip":
                     skipped += 1
                     continue
@@ -303,7 +325,6 @@ class PPO:
             "loss/entropy": sums["entropy"] / denom,
             "approx_kl": sums["approx_kl"] / denom,
             "clipfrac": sums["clipfrac"] / denom,
-            "explained_variance": stats["explained_variance"],
             "lr": self.lr,
             "train/updates": steps,
             "train/skipped_updates": skipped,

@@ -19,6 +19,8 @@ init-state lists they ship).
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -39,3 +41,25 @@ class EpisodicVecEnv(VecEnv):
         self.reset(seed)
         mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         return self.reset_rows(mask, init_indices.to(self.device))
+
+
+@dataclass(frozen=True)
+class EpisodicSuite:
+    """A multi-task suite of episodic tasks (what ``runner/episodic.py`` trains): task names in
+    a fixed order (task id = position) and ``make_task_env(name, num_envs, device,
+    max_episode_steps)``, one ``EpisodicVecEnv`` running that task."""
+
+    task_names: tuple[str, ...]
+    make_task_env: Callable[[str, int, torch.device, int | None], EpisodicVecEnv]
+
+    def select(self, names: Sequence[str]) -> tuple[str, ...]:
+        """The tasks to train, in suite order: ``names`` (every task when empty)."""
+        unknown = [n for n in names if n not in self.task_names]
+        if unknown:
+            raise ValueError(
+                f"--multitask.tasks: {', '.join(unknown)} not in this suite; its tasks are "
+                f"{', '.join(self.task_names)}"
+            )
+        if len(set(names)) != len(names):
+            raise ValueError(f"--multitask.tasks names a task twice: {list(names)}")
+        return tuple(n for n in self.task_names if not names or n in names)

@@ -1,6 +1,8 @@
 """Task registry: a task name maps to an env factory and a default training configuration.
 
-Built-in tasks are the batched torch envs (``cartpole``, ``acrobot``, ``pendulum``). Any registered
+Built-in tasks are the batched torch envs (``cartpole``, ``acrobot``, ``pendulum``) and the
+multi-task episodic suites (``reach10``; ``metaworld-mt10`` with the metaworld extra), which
+carry an ``EpisodicSuite`` and train with the episodic RLOO runner. Any registered
 Gymnasium id is available as ``gym:<Id>`` (built on demand, so the list below only shows examples).
 ``default_config`` returns a fresh config every call (config dataclasses are frozen; callers derive
 variants with ``dataclasses.replace``).
@@ -25,10 +27,11 @@ from dataclasses import dataclass
 
 import torch
 
-from distrl.config import AgentConfig, EnvConfig, TrainConfig
+from distrl.config import AgentConfig, EnvConfig, MultiTaskConfig, PolicyConfig, TrainConfig
 from distrl.envs.acrobot import Acrobot
 from distrl.envs.cartpole import CartPole
 from distrl.envs.core import VecEnv
+from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.envs.faulty import FAULTS_ENV_VAR
 from distrl.envs.pendulum import Pendulum
 
@@ -43,6 +46,9 @@ class Task:
     description: str
     make_env: Callable[[int, torch.device, int | None], VecEnv]
     default_config: Callable[[], TrainConfig]
+    suite: EpisodicSuite | None = None
+    """Set for multi-task episodic suites: ``distrl train`` then runs the episodic RLOO runner
+    (``runner/episodic.py``) on the suite; ``make_env`` is a mixed-task env for ``play``."""
 
 
 def _config(task: str, num_envs: int, **agent: object) -> Callable[[], TrainConfig]:
@@ -116,6 +122,119 @@ _BUILTINS: dict[str, Task] = {
 }
 
 
+def _reach_task_env(
+    name: str, num_envs: int, device: torch.device, max_episode_steps: int | None = None
+) -> EpisodicVecEnv:
+    from distrl.envs.reach import Reach
+
+    return Reach(num_envs, device, max_episode_steps, task=name)
+
+
+def _reach_mixed_env(
+    num_envs: int, device: torch.device, max_episode_steps: int | None = None
+) -> VecEnv:
+    from distrl.envs.reach import REACH_TASKS, Reach
+
+    return Reach(
+        num_envs, device, max_episode_steps, task=[i % len(REACH_TASKS) for i in range(num_envs)]
+    )
+
+
+def _mt10_task_env(
+    name: str, num_envs: int, device: torch.device, max_episode_steps: int | None = None
+) -> EpisodicVecEnv:
+    from distrl.envs.meta_world import MetaWorldMT10
+
+    return MetaWorldMT10(name, num_envs, device, max_episode_steps)
+
+
+def _mt10_first_env(
+    num_envs: int, device: torch.device, max_episode_steps: int | None = None
+) -> VecEnv:
+    from distrl.envs.meta_world import MT10_TASKS
+
+    return _mt10_task_env(MT10_TASKS[0], num_envs, device, max_episode_steps)
+
+
+def _episodic_config(
+    task: str, num_envs: int, multitask: MultiTaskConfig, **agent: object
+) -> Callable[[], TrainConfig]:
+    """A fresh TrainConfig for an episodic suite: RLOO has no critic and no bootstrapping, so
+    only the PPO-clip fields of ``agent`` matter (vf_coef 0 says so in config.yaml too)."""
+
+    def make() -> TrainConfig:
+        return TrainConfig(
+            task=task,
+            env=EnvConfig(num_envs=num_envs),
+            agent=dataclasses.replace(AgentConfig(), vf_coef=0.0, norm_adv=False, **agent),
+            policy=PolicyConfig(critic_hidden=(8,)),
+            multitask=multitask,
+        )
+
+    return make
+
+
+def _reach_names() -> tuple[str, ...]:
+    from distrl.envs.reach import TASK_NAMES
+
+    return TASK_NAMES
+
+
+def _mt10_names() -> tuple[str, ...]:
+    from distrl.envs.meta_world import MT10_TASKS  # imports metaworld lazily, not here
+
+    return MT10_TASKS
+
+
+_EPISODIC: dict[str, Task] = {
+    "reach10": Task(
+        name="reach10",
+        description="Reach10 multi-task suite (10 point-mass reaching tasks, binary success, "
+        "shipped init states); episodic RLOO, tasks sharded over ranks",
+        make_env=_reach_mixed_env,
+        default_config=_episodic_config(
+            "reach10",
+            num_envs=32,
+            multitask=MultiTaskConfig(
+                data_batch_size=64, group_size=8, early_stop_success=0.95, early_stop_patience=5
+            ),
+            num_epochs=4,
+            num_minibatches=4,
+            learning_rate=1e-3,
+            lr_schedule="constant",
+            max_iterations=300,
+        ),
+        suite=EpisodicSuite(_reach_names(), _reach_task_env),
+    ),
+    "metaworld-mt10": Task(
+        name="metaworld-mt10",
+        description="Meta-World MT10 (needs the metaworld extra: pip install "
+        "'distrl[metaworld]'); episodic RLOO, 50 goal variants per task as init states",
+        make_env=_mt10_first_env,
+        default_config=_episodic_config(
+            "metaworld-mt10",
+            num_envs=10,
+            multitask=MultiTaskConfig(data_batch_size=20, group_size=5),
+            num_epochs=4,
+            num_minibatches=4,
+            learning_rate=3e-4,
+            lr_schedule="constant",
+            max_iterations=100,
+        ),
+        suite=EpisodicSuite(_mt10_names(), _mt10_task_env),
+    ),
+}
+
+
+def _require_metaworld() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("metaworld") is None:
+        from distrl.envs.meta_world import INSTALL_HINT
+
+        raise ValueError(f"task metaworld-mt10 needs the metaworld package: {INSTALL_HINT}")
+
+
 def _faulty_cartpole(
     num_envs: int, device: torch.device, max_episode_steps: int | None = None
 ) -> VecEnv:
@@ -168,7 +287,7 @@ def _gym_task(name: str, description: str | None = None) -> Task:
 def list_tasks() -> list[Task]:
     """The built-in tasks, then example ``gym:`` tasks (any registered Gymnasium id works)."""
     gym_tasks = [_gym_task(GYM_PREFIX + i, d) for i, d in _GYM_EXAMPLES.items()]
-    return [*_BUILTINS.values(), *gym_tasks]
+    return [*_BUILTINS.values(), *_EPISODIC.values(), *gym_tasks]
 
 
 def get_task(name: str) -> Task:
@@ -177,9 +296,13 @@ def get_task(name: str) -> Task:
         return _BUILTINS[name]
     if name in _TEST_TASKS:
         return _test_task(name)
+    if name in _EPISODIC:
+        if name == "metaworld-mt10":
+            _require_metaworld()
+        return _EPISODIC[name]
     if name.startswith(GYM_PREFIX):
         return _gym_task(name, _GYM_EXAMPLES.get(name[len(GYM_PREFIX) :]))
-    known = [*_BUILTINS, *(GYM_PREFIX + i for i in _GYM_EXAMPLES)]
+    known = [*_BUILTINS, *_EPISODIC, *(GYM_PREFIX + i for i in _GYM_EXAMPLES)]
     by_lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""

@@ -128,14 +128,7 @@ class OnPolicyRunner:
             "wall_time": wall_time,
             "ranks": ranks,
         }
-        cfg_dict = to_dict(self.cfg)
-        meta = {
-            "task": self.cfg.task,
-            "world_size": self.strategy.world_size,
-            "env_steps": self.env_steps,
-            "config": cfg_dict,
-            "config_hash": ckpt.config_hash(cfg_dict),
-        }
+        meta = ckpt.run_metadata(to_dict(self.cfg), self.strategy.world_size, self.env_steps)
         keep = self.cfg.agent.keep_checkpoints
         return ckpt.save_checkpoint(
             self.run_dir / "checkpoints", self.iteration, state, meta, keep=keep

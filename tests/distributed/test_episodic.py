@@ -1,0 +1,151 @@
+"""The episodic multi-task runner on real Gloo ranks (seed 004, issue 11): every (tasks, ranks)
+combination runs without a hang, each rank trains its shard's tasks in cursor order on exactly
+``data_batch_size`` episodes from circular init states, replicas stay identical, the early-stop
+counter is agreed, and a resume equals an uninterrupted run bit for bit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from distrl import checkpoint as ckpt
+from distrl.distributed.sharding import task_at
+from distrl.envs.reach import NUM_INIT_STATES
+from distrl.telemetry import read_metrics
+from tests.distributed.episodic_workers import episodic_run, episodic_train
+from tests.distributed.harness import expect_ok, run_ranks
+from tests.distributed.test_resume import assert_equal_tree
+from tests.distributed.workers import run_cli
+
+PRELOAD = ["torch", "distrl.runner.episodic", "tests.distributed.episodic_workers"]
+BATCH, K = 8, 4
+
+
+def ranks(world: int, *args, timeout: float = 90.0) -> list[dict]:
+    results, codes, _ = run_ranks(
+        episodic_run, world, *args, timeout=timeout, start_method="forkserver", preload=PRELOAD
+    )
+    return expect_ok(results, codes, world)
+
+
+AGREED = ("success", "success/suite", "rloo/dropped_groups", "rloo/kept_episodes", "episodes")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("num_tasks", [1, 2, 3, 9])
+def test_every_tasks_ranks_combination_runs_two_iterations(num_tasks: int, world: int) -> None:
+    out = ranks(world, num_tasks, 2, {})
+    for rank, r in enumerate(out):
+        assert r["iteration"] == 2
+        assert [s["iteration"] for s in r["seen"]] == [0, 1]
+        for it, s in enumerate(r["seen"]):
+            # the shard's task in cursor order; exactly data_batch_size episodes
+            assert s["task"] == task_at(rank, it, num_tasks, world)
+            assert s["episodes"] == BATCH
+            m = s["metrics"]
+            total = sum(
+                v for k, v in m.items() if k.startswith("task/") and k.endswith("/episodes")
+            )
+            assert total == m["episodes"] == BATCH * world
+            shares = [v for k, v in m.items() if k.endswith("/grad_share")]
+            assert sum(shares) == pytest.approx(1.0 if m["rloo/kept_episodes"] else 0.0)
+    # replicas identical; every agreed number the same on every rank
+    for r in out[1:]:
+        assert torch.equal(r["params"], out[0]["params"])
+        assert torch.equal(r["buffers"], out[0]["buffers"])
+        assert torch.equal(r["optimizer"], out[0]["optimizer"])
+        for a, b in zip(r["seen"], out[0]["seen"], strict=True):
+            assert {k: a["metrics"][k] for k in AGREED} == {k: b["metrics"][k] for k in AGREED}
+
+
+@pytest.mark.timeout(120)
+def test_nine_tasks_two_ranks_follow_seed_004() -> None:
+    """Shards [0,2,4,6,8] / [1,3,5,7]; 6 iterations in cursor order; each task's init states
+    continue circularly where its previous visit stopped (2 states per visit, K=4 each)."""
+    out = ranks(2, 9, 6, {})
+    assert [s["task"] for s in out[0]["seen"]] == [0, 2, 4, 6, 8, 0]
+    assert [s["task"] for s in out[1]["seen"]] == [1, 3, 5, 7, 1, 3]
+    per_visit = BATCH // K
+    for r in out:
+        visits: dict[int, int] = {}
+        for s in r["seen"]:
+            v = visits.get(s["task"], 0)
+            visits[s["task"]] = v + 1
+            starts = [(v * per_visit + i) % NUM_INIT_STATES for i in range(per_visit)]
+            assert s["init"] == [i for i in starts for _ in range(K)]
+
+
+@pytest.mark.timeout(120)
+def test_early_stop_counter_is_agreed() -> None:
+    """Every rank stops at the same iteration, before max_iterations, on the streak computed
+    from the all-gathered successes (target 0.05, patience 2)."""
+    mt = {"early_stop_success": 0.05, "early_stop_patience": 2, "data_batch_size": 16}
+    out = ranks(2, 2, 12, mt)
+    its = {r["iteration"] for r in out}
+    assert len(its) == 1 and its.pop() < 12, [r["iteration"] for r in out]
+    assert out[0]["streak"] == out[1]["streak"] == 2
+    streaks = [[s["metrics"]["early_stop/streak"] for s in r["seen"]] for r in out]
+    assert streaks[0] == streaks[1] and streaks[0][-2:] == [1, 2]
+
+
+def train(world: int, run_dir: Path, iterations: int, resume: bool = False) -> None:
+    top = {"run_dir": str(run_dir), "resume": "auto" if resume else None}
+    agent = {"max_iterations": iterations, "save_interval": 2}
+    results, codes, _ = run_ranks(
+        episodic_train,
+        world,
+        3,
+        top,
+        agent,
+        timeout=90,
+        start_method="forkserver",
+        preload=PRELOAD,
+    )
+    expect_ok(results, codes, world)
+
+
+@pytest.mark.timeout(240)
+def test_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
+    """3 tasks on 2 ranks: 4 iterations straight, or 2 then a resume to 4."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    train(2, a, 4)
+    train(2, b, 2)
+    train(2, b, 4, resume=True)
+    load = [ckpt.load_checkpoint(ckpt.checkpoint_path(d / "checkpoints", 4))[0] for d in (a, b)]
+    assert load[0]["iteration"] == load[1]["iteration"] == 4
+    assert_equal_tree(load[1], load[0] | {"wall_time": load[1]["wall_time"]}, "state")
+    assert len(load[0]["ranks"]) == 2
+    # the schedule cursors moved: rank 0 trains tasks [0, 2], rank 1 task [1]
+    assert load[0]["ranks"][0]["schedule"]["tasks"]["position"] == 4
+    drop = ("wall_time", "time/", "perf/")
+    strip = [
+        [{k: v for k, v in r.items() if not k.startswith(drop)} for r in read_metrics(d)]
+        for d in (a, b)
+    ]
+    assert strip[0] == strip[1]
+
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.timeout(150)
+def test_cli_trains_reach10_on_two_ranks(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    args = (
+        f"train reach10 --nproc 2 --agent.max-iterations 3 --run-dir {run} --env.num-envs 8 "
+        f"--multitask.data-batch-size 8 --multitask.group-size 4 --multitask.tasks "
+        f"reach-east reach-west reach-north-heavy --threads 1 --tensorboard False"
+    )
+    code, out, err, _ = run_cli([str(BIN / "distrl"), *args.split()], timeout=120, cwd=tmp_path)
+    assert code == 0, out + err
+    assert out.count("distrl: task reach10 | 2 rank(s) x 8 envs") == 1, out
+    recs = read_metrics(run)
+    assert [r["iteration"] for r in recs] == [1, 2, 3]
+    first = recs[0]
+    assert {"task/reach-east/success", "task/reach-west/episodes"} <= set(first)
+    assert first["episodes"] == 16
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "metrics.jsonl"]

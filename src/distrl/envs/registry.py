@@ -64,6 +64,45 @@ def _config(task: str, num_envs: int, **agent: object) -> Callable[[], TrainConf
     return make
 
 
+def _mujoco(cls_name: str) -> Callable[[int, torch.device, int | None], VecEnv]:
+    """Factory of a batched MuJoCo env from ``distrl.envs.mujoco`` (imported only when built)."""
+
+    def make(num_envs: int, device: torch.device, max_episode_steps: int | None = None) -> VecEnv:
+        try:
+            from distrl.envs import mujoco
+        except ModuleNotFoundError as e:
+            if e.name != "mujoco":
+                raise
+            raise ImportError(
+                "the MuJoCo tasks need the mujoco extra: make setup-mujoco, or "
+                "pip install -c constraints.txt -e '.[mujoco]'"
+            ) from e
+        return getattr(mujoco, cls_name)(num_envs, device, max_episode_steps)
+
+    return make
+
+
+def _mujoco_config(task: str) -> Callable[[], TrainConfig]:
+    """CleanRL's MuJoCo PPO (2048 steps per iteration, 10 epochs of 32 minibatches, lr 3e-4
+    decayed linearly, 1M steps) with the 2048 steps spread over 32 envs of 64 steps."""
+    return _config(
+        task,
+        num_envs=32,
+        num_steps=64,
+        num_epochs=10,
+        num_minibatches=32,
+        learning_rate=3e-4,
+        lr_schedule="linear",
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_coef=0.2,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        max_iterations=488,
+    )
+
+
 _BUILTINS: dict[str, Task] = {
     t.name: t
     for t in (
@@ -117,6 +156,31 @@ _BUILTINS: dict[str, Task] = {
                 gae_lambda=0.95,
                 max_iterations=300,
             ),
+        ),
+        Task(
+            name="halfcheetah",
+            description="HalfCheetah-v5 run (continuous 6-D), batched MuJoCo; needs the mujoco "
+            "extra",
+            make_env=_mujoco("HalfCheetah"),
+            default_config=_mujoco_config("halfcheetah"),
+        ),
+        Task(
+            name="hopper",
+            description="Hopper-v5 hop (continuous 3-D), batched MuJoCo; needs the mujoco extra",
+            make_env=_mujoco("Hopper"),
+            default_config=_mujoco_config("hopper"),
+        ),
+        Task(
+            name="walker2d",
+            description="Walker2d-v5 walk (continuous 6-D), batched MuJoCo; needs the mujoco extra",
+            make_env=_mujoco("Walker2d"),
+            default_config=_mujoco_config("walker2d"),
+        ),
+        Task(
+            name="ant",
+            description="Ant-v5 walk (continuous 8-D), batched MuJoCo; needs the mujoco extra",
+            make_env=_mujoco("Ant"),
+            default_config=_mujoco_config("ant"),
         ),
     )
 }

@@ -17,8 +17,8 @@ from distrl.envs.reach import NUM_INIT_STATES
 from distrl.telemetry import read_metrics
 from tests.distributed.episodic_workers import episodic_run, episodic_train
 from tests.distributed.harness import expect_ok, run_ranks
-from tests.distributed.test_resume import assert_equal_tree
 from tests.distributed.workers import run_cli
+from tests.helpers import assert_same
 
 PRELOAD = ["torch", "distrl.runner.episodic", "tests.distributed.episodic_workers"]
 BATCH, K = 8, 4
@@ -117,7 +117,7 @@ def test_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
     train(2, b, 4, resume=True)
     load = [ckpt.load_checkpoint(ckpt.checkpoint_path(d / "checkpoints", 4))[0] for d in (a, b)]
     assert load[0]["iteration"] == load[1]["iteration"] == 4
-    assert_equal_tree(load[1], load[0] | {"wall_time": load[1]["wall_time"]}, "state")
+    assert_same(load[1], load[0] | {"wall_time": load[1]["wall_time"]}, "state")
     assert len(load[0]["ranks"]) == 2
     # the schedule cursors moved: rank 0 trains tasks [0, 2], rank 1 task [1]
     assert load[0]["ranks"][0]["schedule"]["tasks"]["position"] == 4

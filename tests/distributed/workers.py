@@ -313,7 +313,15 @@ def run_cli(cmd: list[str], timeout: float, cwd=None, **env: str) -> tuple[int, 
     return proc.returncode, out, err, time.monotonic() - t0
 
 
-def ps_run(rank: int, world: int, run_dir: str, dist: dict, agent: dict, fault: dict) -> dict:
+def ps_run(
+    rank: int,
+    world: int,
+    run_dir: str,
+    dist: dict,
+    agent: dict,
+    fault: dict,
+    resume: str | None = None,
+) -> dict:
     """``run_training`` under a parameter-server strategy, with an optional fault:
     ``{"kill_worker": (rank, iteration)}`` SIGKILLs that worker on entering that update;
     ``{"server": "kill"|"stop", "after": seconds}`` kills or stops rank 0 that long after its
@@ -351,7 +359,7 @@ def ps_run(rank: int, world: int, run_dir: str, dist: dict, agent: dict, fault: 
     HOOKS.append(Fault())
     ps = PSConfig(**dist.pop("ps", {}))
     cfg = small_config(16, distributed=True, **agent)
-    cfg = dataclasses.replace(cfg, run_dir=run_dir, dist=DistConfig(ps=ps, **dist))
+    cfg = dataclasses.replace(cfg, run_dir=run_dir, dist=DistConfig(ps=ps, **dist), resume=resume)
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):

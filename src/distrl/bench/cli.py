@@ -13,6 +13,7 @@ from distrl.bench.learn import LearnArgs, learn
 from distrl.bench.project import ProjectArgs, project_cmd
 from distrl.bench.scaling import ScalingArgs, scaling
 from distrl.bench.solve import SolveArgs, solve
+from distrl.bench.straggler import StragglerArgs, straggler
 from distrl.bench.throughput import ThroughputArgs, throughput
 
 USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` for options)
@@ -23,6 +24,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   learn        time-to-target and learning curves per world size
   comm         all-reduce time vs message size, fitted latency/bandwidth; flat vs bucketed sync
   project      t_iter, speedup and efficiency projected to large world sizes
+  straggler    allreduce vs parameter server (BSP, ASP, BAP), with and without a slow worker
 """
 
 COMMANDS: dict[str, tuple[type, Callable]] = {
@@ -32,6 +34,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "learn": (LearnArgs, learn),
     "comm": (CommArgs, comm),
     "project": (ProjectArgs, project_cmd),
+    "straggler": (StragglerArgs, straggler),
 }
 """Benchmark name -> (its arguments, parsed by tyro; the function that runs it)."""
 

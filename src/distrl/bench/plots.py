@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -193,5 +194,37 @@ def projection(rows: list[dict], measured: list[dict], path: Path, title: str) -
     a.set_xticks(x, [str(w) for w in ws], rotation=45)
     a.set(xlabel="W", ylabel="ms per iteration", title="t_iter(W) breakdown")
     a.legend()
+    fig.suptitle(title)
+    _save(fig, path)
+
+
+def straggler(summary: list[dict], path: Path, title: str) -> None:
+    """Env-steps/s and time to target per mode, even vs with a straggler; staleness histogram."""
+    modes = list(dict.fromkeys(r["mode"] for r in summary))
+    get = {(r["mode"], r["straggler"]): r for r in summary}
+    fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
+    x = np.arange(len(modes))
+    for j, (slow, name) in enumerate(((False, "even"), (True, "one straggler"))):
+        rows = [get.get((m, slow), {}) for m in modes]
+        ax[0].bar(x + (j - 0.5) * 0.4, [_num(r.get("sps")) for r in rows], 0.4, label=name)
+        ax[1].bar(
+            x + (j - 0.5) * 0.4, [_num(r.get("time_to_target_s")) for r in rows], 0.4, label=name
+        )
+    for a, yl in ((ax[0], "env-steps/s"), (ax[1], "time to target (s, median)")):
+        a.set_xticks(x, modes, rotation=20)
+        a.set_ylabel(yl)
+        a.legend()
+    for m in modes:
+        h = get.get((m, True), {}).get("staleness_hist") or {}
+        if h and any(k > 0 for k in h):
+            ks = sorted(h)
+            ax[2].plot(ks, [h[k] for k in ks], marker="o", label=m)
+    ax[2].set(
+        xlabel="iteration's mean staleness (rounded)",
+        ylabel="iterations",
+        title="staleness with the straggler",
+    )
+    if ax[2].lines:
+        ax[2].legend()
     fig.suptitle(title)
     _save(fig, path)

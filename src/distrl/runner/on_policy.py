@@ -117,7 +117,7 @@ class OnPolicyRunner:
         """Rank 0 writes; ``ranks`` (per-rank state) is gathered here unless given (the
         parameter server collects it from its workers' messages)."""
         if ranks is None:
-            ranks = self.strategy.gather_object(self.collector.state_dict())
+            ranks = self.strategy.gather_object(self.rank_state())
         if not self.strategy.is_main or self.run_dir is None:
             return None
         state = {
@@ -143,8 +143,15 @@ class OnPolicyRunner:
         self.iteration = int(state["iteration"])
         self.wall_offset = float(state["wall_time"])
         if self.collector is not None:
-            self.collector.load_state_dict(state["ranks"][self.strategy.rank])
+            mine = state["ranks"][self.strategy.rank]
+            self.collector.load_state_dict(mine)
+            if "shuffle_rng" in mine:  # this rank's own shuffle (workers of a parameter server)
+                self.learner.shuffle_gen.set_state(mine["shuffle_rng"])
         return notes
+
+    def rank_state(self) -> dict[str, Any]:
+        """What differs per rank: the collector's state and this rank's minibatch shuffle."""
+        return {**self.collector.state_dict(), "shuffle_rng": self.learner.shuffle_gen.get_state()}
 
     # ---- the loop -------------------------------------------------------------------------
     def learn(self) -> dict[str, Any]:

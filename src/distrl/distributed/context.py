@@ -7,6 +7,7 @@ distributed decision that depends on them is made here, in one place.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import os
 import time
@@ -116,9 +117,32 @@ def check_devices(device: str, local_world_size: int) -> None:
         )
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+
+
+def keep_freed_memory() -> bool:
+    """Keep freed blocks in the process's heap instead of handing them back to the OS.
+
+    The update allocates and frees the same MB-sized activations every minibatch. glibc's
+    defaults serve such sizes with mmap/munmap and trim the heap when the top of it is free, so
+    every minibatch faulted in fresh zeroed pages: the cartpole update (rsl_rl's setup, 1 thread)
+    took 420 ms instead of 290 ms here. Blocks up to 32 MiB (glibc's ceiling for this setting)
+    now come from the heap, and up to 1 GiB of free heap is kept. Returns whether it applied
+    (glibc only; elsewhere nothing changes)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(
+            libc.mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+            and libc.mallopt(_M_TRIM_THRESHOLD, 1024 * 1024 * 1024)
+        )
+    except (OSError, AttributeError):
+        return False
+
+
 def init(cfg: TrainConfig) -> DistContext:
     """Set threads and device, and join the process group when ``cfg.distributed``."""
     check_launch(cfg)
+    keep_freed_memory()
     rank, local_rank, world, local_world = env_ranks() if cfg.distributed else (0, 0, 1, 1)
     torch.set_num_threads(cfg.threads or default_threads(local_world))
     device = pick_device(cfg.device, local_rank)

@@ -165,36 +165,6 @@ def run_cli(cmd: list[str], timeout: float, **env: str) -> tuple[int, str, str, 
     return shared(cmd, timeout, **env)
 
 
-# ---- comparing checkpoints -------------------------------------------------------------------
-
-
-def assert_same(a, b, where: str = "state") -> None:
-    """Bitwise equality of nested dicts/lists of tensors and plain values."""
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: {a.keys()} != {b.keys()}"
-        for k in a:
-            assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list | tuple):
-        assert isinstance(b, list | tuple) and len(a) == len(b), f"{where}: lengths differ"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{where}[{i}]")
-    elif torch.is_tensor(a):
-        assert torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape, where
-        assert torch.equal(a, b), f"{where}: differs (max |diff| {(a - b).abs().max()})"
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
-
-
-def final_state(run_dir: Path, iteration: int) -> dict:
-    """The verified checkpoint ``iteration`` of ``run_dir``, minus its wall-clock time."""
-    from distrl import checkpoint as ckpt
-
-    state, manifest = ckpt.load_checkpoint(ckpt.checkpoint_path(run_dir / "checkpoints", iteration))
-    assert manifest["iteration"] == iteration
-    state.pop("wall_time")
-    return state
-
-
 def with_config(cfg: TrainConfig, **sub) -> TrainConfig:
     """``cfg`` with fields of its sub-configs replaced: with_config(cfg, agent={...})."""
     for k, v in sub.items():

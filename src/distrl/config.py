@@ -113,11 +113,12 @@ class PSConfig:
 
 @dataclass(frozen=True)
 class DistConfig:
-    strategy: Literal["allreduce", "ps-bsp", "ps-asp", "ps-bap"] = "allreduce"
+    strategy: Literal["allreduce", "ps-bsp", "ps-asp", "ps-bap", "learner-actor"] = "allreduce"
     """How gradients become parameters across ranks: allreduce (DD-PPO: every rank collects and
-    learns) or a parameter server on rank 0 with the other ranks as workers: ps-bsp (wait for
+    learns), a parameter server on rank 0 with the other ranks as workers: ps-bsp (wait for
     every worker each minibatch), ps-asp (apply each gradient as it comes), ps-bap (bounded
-    staleness, see --dist.ps.*)."""
+    staleness, see --dist.ps.*), or learner-actor (seed 003: ranks < --dist.learners train,
+    the others only collect; weights reach them through a routing table)."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """auto: NCCL when CUDA is used, Gloo otherwise."""
     timeout: float = 120.0
@@ -128,6 +129,16 @@ class DistConfig:
     """CPU ranks: pin each local rank to its own share of the cores, so the scheduler never
     stacks two ranks on one core while the other idles (every rank would then wait for it)."""
     ps: PSConfig = field(default_factory=PSConfig)
+    learners: int = 1
+    """learner-actor: ranks 0..learners-1 learn (gradient all-reduce among themselves); the
+    other ranks are actors, actor rank r feeding learner (r - learners) % learners."""
+    sync: Literal["on-policy", "async"] = "on-policy"
+    """learner-actor: on-policy: an actor waits for the weights its last rollout produced before
+    collecting again (as one process); async: it goes on with the newest weights it holds."""
+    max_policy_lag: int = 2
+    """learner-actor, async: a rollout collected with weights more than this many versions old
+    is dropped by its learner (counted in dist/dropped_samples), and an actor waits rather than
+    collect one that would be."""
     slow_ranks: str = ""
     """Testing knob (stragglers): 'RANK:FACTOR,...', e.g. '1:2.0' makes rank 1's env steps
     take twice as long (it sleeps (FACTOR - 1) x each step's own time)."""
@@ -296,6 +307,9 @@ def validate(cfg: TrainConfig, known_tasks: list[str] | None = None) -> TrainCon
     if ps.staleness < 1:
         errors.append(f"--dist.ps.staleness must be 1 or more, got {ps.staleness}; 1 = BSP")
     _positive(errors, "--dist.ps.lifetime", ps.lifetime, "use e.g. 5 (seconds)")
+    _positive(errors, "--dist.learners", cfg.dist.learners, "use e.g. 1")
+    if cfg.dist.max_policy_lag < 0:
+        errors.append(f"--dist.max-policy-lag must be 0 or more, got {cfg.dist.max_policy_lag}")
     if a.keep_checkpoints is not None and a.keep_checkpoints < 1:
         errors.append(
             f"--agent.keep-checkpoints must be 1 or more, got {a.keep_checkpoints}; it is how "

@@ -175,14 +175,17 @@ def replica(policy: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     }
 
 
-def learn_params(rank: int, world: int, iterations: int) -> dict:
-    """OnPolicyRunner.learn() for a few real iterations; every rank returns its full state."""
+def learn_params(rank: int, world: int, iterations: int, dist: dict | None = None) -> dict:
+    """OnPolicyRunner.learn() for a few real iterations; every rank returns its full state.
+    ``dist``: DistConfig fields (e.g. another strategy)."""
+    from distrl.config import DistConfig
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import make_env
     from distrl.runner.on_policy import OnPolicyRunner
 
     cfg = small_config(16, distributed=world > 1, max_iterations=iterations)
+    cfg = dataclasses.replace(cfg, dist=DistConfig(**(dist or {})))
     ctx = context.init(cfg)
     try:
         env = make_env(cfg, ctx.device)
@@ -190,7 +193,8 @@ def learn_params(rank: int, world: int, iterations: int) -> dict:
         final = runner.learn()  # ends with strategy.verify_replicas
         return {
             "iteration": runner.iteration,
-            "env_steps": final["env_steps"],
+            "env_steps": final.get("env_steps"),
+            "records": final,
             **replica(runner.policy, runner.ppo.optimizer),
             "lr": runner.ppo.lr,
             "obs": runner.collector.obs.clone(),  # rank-local: different seeds, different envs
@@ -341,6 +345,7 @@ def ps_run(
     from distrl.telemetry import read_metrics
 
     kill = fault.get("kill_worker")
+    kill_after = fault.get("kill_after")  # (rank, iteration): SIGKILL after that record
 
     def hit_server() -> None:
         with open(os.path.join(run_dir, "server_fault.json"), "w") as f:
@@ -353,12 +358,14 @@ def ps_run(
                 os.kill(os.getpid(), signal.SIGKILL)
 
         def after_iteration(self, runner, record) -> None:
+            if kill_after and rank == kill_after[0] and record["iteration"] == kill_after[1]:
+                os.kill(os.getpid(), signal.SIGKILL)
             if rank == 0 and "server" in fault and record["iteration"] == 1:
                 threading.Timer(fault["after"], hit_server).start()
 
     HOOKS.append(Fault())
     ps = PSConfig(**dist.pop("ps", {}))
-    cfg = small_config(16, distributed=True, **agent)
+    cfg = small_config(dist.pop("num_envs", 16), distributed=True, **agent)
     cfg = dataclasses.replace(cfg, run_dir=run_dir, dist=DistConfig(ps=ps, **dist), resume=resume)
     out = io.StringIO()
     try:
@@ -369,7 +376,7 @@ def ps_run(
             with open(os.path.join(run_dir, f"worker{rank}_error.json"), "w") as f:
                 json.dump({"t": time.time(), "type": type(e).__name__, "error": str(e)}, f)
         raise
-    res: dict = {"iteration": final.get("iteration")}
+    res: dict = {"iteration": final.get("iteration"), "version": final.get("dist/version")}
     if rank == 0:
         from pathlib import Path
 

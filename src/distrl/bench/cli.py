@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import tyro
 
+from distrl.bench.broadcast import BroadcastArgs, broadcast
 from distrl.bench.comm import CommArgs, comm
 from distrl.bench.learn import LearnArgs, learn
 from distrl.bench.project import ProjectArgs, project_cmd
@@ -25,6 +26,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   comm         all-reduce time vs message size, fitted latency/bandwidth; flat vs bucketed sync
   project      t_iter, speedup and efficiency projected to large world sizes
   straggler    allreduce vs parameter server (BSP, ASP, BAP), with and without a slow worker
+  broadcast    learner -> actor weight sync: routing table vs naive vs dist.broadcast, GB/s
 """
 
 COMMANDS: dict[str, tuple[type, Callable]] = {
@@ -35,6 +37,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "comm": (CommArgs, comm),
     "project": (ProjectArgs, project_cmd),
     "straggler": (StragglerArgs, straggler),
+    "broadcast": (BroadcastArgs, broadcast),
 }
 """Benchmark name -> (its arguments, parsed by tyro; the function that runs it)."""
 

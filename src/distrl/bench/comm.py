@@ -20,7 +20,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -217,14 +217,17 @@ def _time_grad_sync(name: str, model, cfg: dict, device) -> list[dict]:
     ]
 
 
-def run_ranks(world: int, backend: str, cfg: dict, timeout: float) -> tuple[list, list]:
+def run_ranks(world: int, backend: str, cfg: dict, timeout: float, target=None) -> Any:
+    """Spawn ``world`` ranks running ``target(rank, world, port, backend, cfg, queue)`` (default
+    this benchmark's); returns what rank 0 puts on the queue as ``("ok", result)``."""
     from distrl.distributed.launch import free_port
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
     procs = [
-        ctx.Process(target=_rank, args=(r, world, port, backend, cfg, q)) for r in range(world)
+        ctx.Process(target=target or _rank, args=(r, world, port, backend, cfg, q))
+        for r in range(world)
     ]
     for p in procs:
         p.start()
@@ -238,7 +241,7 @@ def run_ranks(world: int, backend: str, cfg: dict, timeout: float) -> tuple[list
                 if all(not p.is_alive() for p in procs) and q.empty():
                     break
         if result is None:
-            raise RuntimeError(f"comm benchmark gave no result within {timeout:g} s")
+            raise RuntimeError(f"benchmark ranks gave no result within {timeout:g} s")
         if result[0] == "error":
             raise RuntimeError(result[1])
         for p in procs:

@@ -228,3 +228,26 @@ def straggler(summary: list[dict], path: Path, title: str) -> None:
         ax[2].legend()
     fig.suptitle(title)
     _save(fig, path)
+
+
+def broadcast(rows: list[dict], path: Path, title: str) -> None:
+    """Aggregate GB/s vs model size per method, one panel per (L, A) shape."""
+    shapes = list(dict.fromkeys((int(r["L"]), int(r["A"])) for r in rows))
+    cols = min(3, len(shapes))
+    nrows = (len(shapes) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.8 * nrows), squeeze=False)
+    for ax, (L, A) in zip(axes.flat, shapes, strict=False):
+        for meth in dict.fromkeys(r["method"] for r in rows):
+            pts = [r for r in rows if (int(r["L"]), int(r["A"])) == (L, A) and r["method"] == meth]
+            ax.semilogx(
+                [int(r["params"]) for r in pts],
+                [_num(r["aggregate_gbps"]) for r in pts],
+                "o-" if meth != "p2p" else "k--",
+                label=meth if meth != "p2p" else "p2p ceiling (1 stream)",
+            )
+        ax.set(xlabel="fp32 parameters", ylabel="aggregate GB/s", title=f"L={L}, A={A}")
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(shapes) :]:
+        ax.axis("off")
+    fig.suptitle(title)
+    _save(fig, path)

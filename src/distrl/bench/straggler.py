@@ -27,7 +27,11 @@ class StragglerArgs:
     workers: int = 2
     """Ranks that collect experience (the ps-* modes add a server rank)."""
     modes: str = "allreduce,ps-bsp,ps-asp,ps-bap:1,ps-bap:2,ps-bap:4"
-    """Modes, comma-separated; ps-bap:S sets --dist.ps.staleness S."""
+    """Modes, comma-separated; ps-bap:S sets --dist.ps.staleness S; la is learner-actor
+    (on-policy, one learner + the workers as actors), la-async:K its async mode with
+    --dist.max-policy-lag K."""
+    straggler: bool = True
+    """Also run every mode with one slowed worker (False: even workers only)."""
     slowdown: float = 2.0
     """The straggler's env steps take this many times as long (one worker)."""
     seeds: int = 3
@@ -49,10 +53,17 @@ class StragglerArgs:
 def mode_args(mode: str, a: StragglerArgs) -> tuple[str, list[str], int, int]:
     """(label, train flags, world size, the straggler's rank) of one mode."""
     name, _, s = mode.partition(":")
+    if name in ("la", "la-async"):  # rank 0 learns; the workers act
+        flags = ["--dist.strategy", "learner-actor"]
+        if name == "la-async":
+            flags += ["--dist.sync", "async", "--dist.max-policy-lag", s or "2"]
+        return mode, flags, a.workers + 1, a.workers
     if name == "allreduce":
         return name, ["--dist.strategy", "allreduce"], a.workers, a.workers - 1
     if name not in ("ps-bsp", "ps-asp", "ps-bap"):
-        raise ValueError(f"unknown mode {mode!r}: allreduce, ps-bsp, ps-asp or ps-bap:S")
+        raise ValueError(
+            f"unknown mode {mode!r}: allreduce, ps-bsp, ps-asp, ps-bap:S, la or la-async:K"
+        )
     flags = ["--dist.strategy", name]
     if name == "ps-bap":
         flags += ["--dist.ps.staleness", s or "2", "--dist.ps.lifetime", str(a.lifetime)]
@@ -60,7 +71,8 @@ def mode_args(mode: str, a: StragglerArgs) -> tuple[str, list[str], int, int]:
 
 
 def straggler(a: StragglerArgs) -> list[dict]:
-    m = common.header(f"bench straggler: {a.task}, {a.workers} workers, {a.slowdown:g}x straggler")
+    slow = f"{a.slowdown:g}x straggler" if a.straggler else "no straggler"
+    m = common.header(f"bench straggler: {a.task}, {a.workers} workers, {slow}")
     target = a.target_return if a.target_return is not None else DEFAULT_TARGETS.get(a.task)
     if target is None:
         raise ValueError(f"no default target return for {a.task!r}; pass --target-return")
@@ -68,7 +80,7 @@ def straggler(a: StragglerArgs) -> list[dict]:
     per_run = []
     for mode in a.modes.split(","):
         label, flags, world, slow_rank = mode_args(mode.strip(), a)
-        for slow in (False, True):
+        for slow in (False, True) if a.straggler else (False,):
             for seed in range(a.seeds):
                 extra = [*flags, *quiet_train_args(a.threads), *common.split_extra(a.extra)]
                 if slow:
@@ -120,9 +132,15 @@ def run_row(label: str, slow: bool, seed: int, recs: list[dict], target: float) 
         "time_to_target_s": t,
         "steps_to_target": steps,
         "final_return": last.get("episode_return_mean"),
-        "staleness_max": max((r.get("dist/staleness_max") or 0) for r in recs),
-        "staleness_means": [round(r.get("dist/staleness_mean") or 0.0, 2) for r in recs],
-        "dropped": sum(r.get("dist/dropped") or 0 for r in recs),
+        # learner-actor's policy lag is its staleness (weight versions behind)
+        "staleness_max": max(
+            (r.get("dist/staleness_max") or r.get("dist/policy_lag_max") or 0) for r in recs
+        ),
+        "staleness_means": [
+            round(r.get("dist/staleness_mean") or r.get("dist/policy_lag_mean") or 0.0, 2)
+            for r in recs
+        ],
+        "dropped": sum(r.get("dist/dropped") or r.get("dist/dropped_samples") or 0 for r in recs),
         "iterations": last["iteration"],
     }
 

@@ -38,23 +38,23 @@ class AllReduceStrategy(Collectives):
 
     def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision:
         self.allreduce_sum_(flat)  # the one collective per minibatch
-        if self.world_size > 1:
-            flat.div_(self.world_size)
+        if self.group_size > 1:
+            flat.div_(self.group_size)
         decision = learner.decide(flat)
         if decision.action == "step":
             learner.apply()
         return decision
 
     def verify_replicas(self, module: nn.Module) -> None:
-        """Raise if any rank's parameters differ from rank 0's (sum, sum of squares and a
-        position-weighted sum, so a permutation is caught too)."""
+        """Raise if any rank's (of the group's) parameters differ from rank 0's (sum, sum of
+        squares and a position-weighted sum, so a permutation is caught too)."""
         if not self.active:
             return
         flat = torch.cat([p.detach().reshape(-1).double() for p in module.parameters()])
         weights = torch.arange(flat.numel(), device=flat.device, dtype=flat.dtype).remainder(97)
         sig = torch.stack([flat.sum(), (flat * flat).sum(), (flat * weights).sum()])
         sigs = self.all_gather(sig)
-        bad = [r for r in range(self.world_size) if not torch.equal(sigs[r], sigs[0])]
+        bad = [r for r in range(self.group_size) if not torch.equal(sigs[r], sigs[0])]
         if bad:
             raise RuntimeError(
                 f"parameter checksum of rank(s) {bad} differs from rank 0: {sigs.tolist()}"

@@ -32,6 +32,11 @@ class Collectives:
         self._cuda = ctx.device.type == "cuda"
         self.comm_time = 0.0
         self.sync_time = 0.0
+        # Tensor collectives run in ``group`` (None: every rank) of ``group_size`` ranks; object
+        # collectives and barriers in ``object_group``. Strategies that split the ranks set them.
+        self.group: Any = None
+        self.group_size = ctx.world_size
+        self.object_group: Any = None
 
     # ---- timing ---------------------------------------------------------------------------
     @property
@@ -76,16 +81,17 @@ class Collectives:
     # ---- tensors --------------------------------------------------------------------------
     def allreduce_sum_(self, tensor: torch.Tensor) -> None:
         if self.active:
-            self._timed(dist.all_reduce, tensor, op=dist.ReduceOp.SUM)
+            self._timed(dist.all_reduce, tensor, op=dist.ReduceOp.SUM, group=self.group)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """[W, *tensor.shape]; the ranks' tensors must have equal shapes."""
         if not self.active:
             return tensor.unsqueeze(0)
         flat = tensor.reshape(-1).contiguous()
-        out = torch.empty(self.world_size * flat.numel(), dtype=tensor.dtype, device=tensor.device)
-        self._timed(dist.all_gather_single, out, flat)
-        return out.view(self.world_size, *tensor.shape)
+        n = self.group_size
+        out = torch.empty(n * flat.numel(), dtype=tensor.dtype, device=tensor.device)
+        self._timed(dist.all_gather_single, out, flat, group=self.group)
+        return out.view(n, *tensor.shape)
 
     def reduce_stats(
         self, sums: dict[str, torch.Tensor], gather: dict[str, torch.Tensor] | None = None
@@ -130,7 +136,7 @@ class Collectives:
         if not self.active:
             return obj
         box = [obj]
-        self._timed(dist.broadcast_object_list, box, src=src, sync=False)
+        self._timed(dist.broadcast_object_list, box, src=src, group=self.object_group, sync=False)
         return box[0]
 
     def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
@@ -139,9 +145,9 @@ class Collectives:
         if not self.active:
             return [obj]
         out = [None] * self.world_size if self.rank == dst else None
-        self._timed(dist.gather_object, obj, out, dst=dst, sync=False)
+        self._timed(dist.gather_object, obj, out, dst=dst, group=self.object_group, sync=False)
         return out
 
     def barrier(self) -> None:
         if self.active:
-            self._timed(dist.barrier, sync=False)
+            self._timed(dist.barrier, group=self.object_group, sync=False)

@@ -87,7 +87,15 @@ def check_launch(cfg: TrainConfig) -> None:
 
 
 def check_strategy(cfg: TrainConfig, world_size: int) -> None:
-    """A parameter server needs a server and at least one worker."""
+    """A parameter server needs a server and at least one worker; learner-actor needs at least
+    one actor per learner."""
+    L = cfg.dist.learners
+    if cfg.dist.strategy == "learner-actor" and world_size < 2 * L:
+        raise ValueError(
+            f"--dist.strategy learner-actor with --dist.learners {L} needs at least {2 * L} "
+            f"processes (ranks 0..{L - 1} learn, every learner needs an actor), got "
+            f"{world_size}; use e.g. --nproc {2 * L}"
+        )
     if cfg.dist.parameter_server and world_size < 2:
         raise ValueError(
             f"--dist.strategy {cfg.dist.strategy} needs at least 2 processes (rank 0 serves "

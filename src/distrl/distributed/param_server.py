@@ -81,21 +81,30 @@ class WorkerLost(PeerFailure):
 class Inbox:
     """One thread per peer blocking in ``recv`` of fixed-size messages; everything lands in one
     queue as ``(peer, message)``, or ``(peer, exception)`` when the peer's connection fails. A
-    thread ends after its peer's ``last_kind`` message."""
+    thread ends after its peer's ``last_kind`` message (an int or a tuple of kinds).
+    ``receive(peer)`` replaces the fixed-size ``recv`` where one message is several receives
+    (the learner-actor weight chunks)."""
 
-    def __init__(self, peers: list[int], size: int, last_kind: int):
+    def __init__(
+        self,
+        peers: list[int],
+        size: int,
+        last_kind: int | tuple[int, ...],
+        receive: Callable[[int], torch.Tensor] | None = None,
+    ):
         self.queue: queue.Queue = queue.Queue()
+        last = last_kind if isinstance(last_kind, tuple) else (last_kind,)
+        recv = receive or (lambda peer: _recv_fixed(peer, size))
         for peer in peers:
-            t = threading.Thread(target=self._run, args=(peer, size, last_kind), daemon=True)
+            t = threading.Thread(target=self._run, args=(peer, recv, last), daemon=True)
             t.start()
 
-    def _run(self, peer: int, size: int, last_kind: int) -> None:
+    def _run(self, peer: int, recv: Callable[[int], torch.Tensor], last: tuple) -> None:
         try:
             while True:
-                msg = torch.empty(size)
-                dist.recv(msg, src=peer)
+                msg = recv(peer)
                 self.queue.put((peer, msg))
-                if int(msg[0]) == last_kind:
+                if int(msg[0]) in last:
                     return
         except Exception as e:  # connection closed (peer died) or the backend's timeout
             self.queue.put((peer, e))
@@ -105,6 +114,12 @@ class Inbox:
             return self.queue.get(timeout=max(timeout, 0.0))
         except queue.Empty:
             return None
+
+
+def _recv_fixed(peer: int, size: int) -> torch.Tensor:
+    msg = torch.empty(size)
+    dist.recv(msg, src=peer)
+    return msg
 
 
 def to_parts(payload: torch.Tensor, capacity: int) -> list[torch.Tensor]:

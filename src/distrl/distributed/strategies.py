@@ -6,6 +6,7 @@ from distrl.config import TrainConfig
 from distrl.distributed.allreduce import AllReduceStrategy
 from distrl.distributed.base import Strategy
 from distrl.distributed.context import DistContext
+from distrl.distributed.learner_actor import LearnerActor
 from distrl.distributed.param_server import ParameterServer
 
 
@@ -25,6 +26,7 @@ STRATEGIES = {
     "ps-bsp": _ps("bsp"),
     "ps-asp": _ps("asp"),
     "ps-bap": _ps("bap"),
+    "learner-actor": lambda ctx, cfg: LearnerActor(ctx, cfg),
 }
 
 

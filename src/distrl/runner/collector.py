@@ -152,6 +152,36 @@ class Collector:
         self.window = s["window"].to(device)
 
 
+class RemoteRollouts:
+    """The learner role's stand-in for a collector when actors collect (learner-actor): the
+    rollouts its ``slots`` actors sent, side by side in one [T, slots x N] buffer, their last
+    observations and their merged episode window. ``learn_step`` reads it as a collector."""
+
+    def __init__(self, env: VecEnv, num_steps: int, slots: int, device: torch.device):
+        self.env, self.num_steps, self.device = env, num_steps, device
+        self.slots = 0
+        self.resize(slots)
+        self.window = torch.full((WINDOW, 3), -1.0, device=device)
+        self.last_rollout_time = 0.0
+
+    def resize(self, slots: int) -> None:
+        """Room for ``slots`` actors' rollouts (fewer after an actor was dropped)."""
+        if slots == self.slots:
+            return
+        env, N = self.env, self.env.num_envs * slots
+        act_shape = () if env.action_space.discrete else (env.action_space.dim,)
+        self.buffer = RolloutBuffer(
+            self.num_steps, N, env.obs_dim, act_shape, env.action_space.discrete, self.device
+        )
+        self.obs = torch.zeros(N, env.obs_dim, device=self.device)
+        self.slots = slots
+
+    obs_moments = Collector.obs_moments
+
+    def episode_window(self, iteration: int) -> torch.Tensor:
+        return self.window
+
+
 def episode_summary(rollout_times: torch.Tensor, windows: torch.Tensor) -> dict[str, Any]:
     """Means over the newest WINDOW episodes of every collector, and the slowest collector's
     rollout time, from the gathered [ranks, 1] times and [ranks, WINDOW, 3] windows."""

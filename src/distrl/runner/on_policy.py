@@ -30,6 +30,7 @@ from distrl.runner.collector import (  # noqa: F401 (the errors are part of this
     Collector,
     EnvStepError,
     NonFiniteEnvError,
+    RemoteRollouts,
     episode_summary,
 )
 from distrl.runner.hooks import HOOKS, Hooks
@@ -51,19 +52,24 @@ class OnPolicyRunner:
         self.tel = telemetry or Telemetry()  # the base class is the null object
         self.run_dir = run_dir
         self.hooks = [*HOOKS, *(hooks or [])]
-        self.seed = rank_seed(cfg.seed, strategy.rank)
+        # learner-actor: actor i seeds as rank i would (one learner + one actor = one process)
+        self.seed = rank_seed(cfg.seed, getattr(strategy, "seed_rank", strategy.rank))
         torch.manual_seed(self.seed)
         # Nothing here draws from numpy or `random`, but checkpoints capture their state: seeded,
         # two runs with one seed write identical checkpoints (and resumes restore them exactly).
         random.seed(self.seed)
         np.random.seed(self.seed % 2**32)
         self.policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(env.device)
-        self.learner = Learner(self.policy, cfg.agent, env.num_envs, shuffle_seed=cfg.seed)
-        self.collector = (
-            Collector(env, self.policy, cfg.agent.num_steps, strategy.rank, self.seed)
-            if strategy.roles.collector
-            else None
-        )
+        slots = getattr(strategy, "rollouts_per_learner", 1)  # learner-actor: actors per learner
+        self.learner = Learner(self.policy, cfg.agent, env.num_envs * slots, cfg.seed)
+        roles = strategy.roles
+        self.collector: Collector | RemoteRollouts | None = None
+        if roles.collector:
+            self.collector = Collector(
+                env, self.policy, cfg.agent.num_steps, strategy.rank, self.seed
+            )
+        elif roles.learner:  # learns from rollouts that actor ranks collect
+            self.collector = RemoteRollouts(env, cfg.agent.num_steps, slots, env.device)
         self.iteration = 0
         self.wall_offset = 0.0
         strategy.setup(self.policy, self.learner.ppo)
@@ -142,21 +148,27 @@ class OnPolicyRunner:
         self.learner.load_state_dict(state)
         self.iteration = int(state["iteration"])
         self.wall_offset = float(state["wall_time"])
-        if self.collector is not None:
-            mine = state["ranks"][self.strategy.rank]
+        mine = state["ranks"][self.strategy.rank] or {}  # empty: a dropped actor's slot
+        if self.strategy.roles.collector and mine:
             self.collector.load_state_dict(mine)
-            if "shuffle_rng" in mine:  # this rank's own shuffle (workers of a parameter server)
-                self.learner.shuffle_gen.set_state(mine["shuffle_rng"])
+        if self.collector is not None and "shuffle_rng" in mine:  # this rank's own shuffle
+            self.learner.shuffle_gen.set_state(mine["shuffle_rng"])
         return notes
 
     def rank_state(self) -> dict[str, Any]:
         """What differs per rank: the collector's state and this rank's minibatch shuffle."""
-        return {**self.collector.state_dict(), "shuffle_rng": self.learner.shuffle_gen.get_state()}
+        own = self.collector.state_dict() if self.strategy.roles.collector else {}
+        return {**own, "shuffle_rng": self.learner.shuffle_gen.get_state()}
 
     # ---- the loop -------------------------------------------------------------------------
     def learn(self) -> dict[str, Any]:
-        if self.strategy.roles.server:
+        roles = self.strategy.roles
+        if roles.server:
             return self.serve()
+        if not roles.collector:
+            return self.learn_from_actors()
+        if not roles.learner:
+            return self.act()
         cfg, strategy, collector = self.cfg, self.strategy, self.collector
         max_it = cfg.agent.max_iterations
         start = time.perf_counter() - self.wall_offset
@@ -175,28 +187,83 @@ class OnPolicyRunner:
             t_update = time.perf_counter() - t1
             comm, sync = strategy.take_times()
             self.iteration += 1
-            now = time.perf_counter()
-            t_iter = now - t0
-            record = {
-                "iteration": self.iteration,
-                "env_steps": self.env_steps,
-                "wall_time": now - start,
-                "perf/sps": self.steps_per_iteration / t_iter,
-                "episode_return_mean": metrics.pop("episode_return_mean"),
-                "episode_length_mean": metrics.pop("episode_length_mean"),
-                "time/iteration": t_iter,
-                "time/rollout": t_rollout,
-                "time/learn": t_update - comm - sync,
-                "time/comm": comm,
-                "time/sync": sync if strategy.measures_sync else None,
-                **metrics,
-            }
+            record = self._record(t0, start, metrics, t_rollout, t_update, comm, sync)
             self._log(record)
             if self.iteration % cfg.agent.save_interval == 0 or self.iteration == max_it:
                 self._checkpoint(record["wall_time"], metrics.get("train/skipped_updates", 0))
         strategy.verify_replicas(self.policy)
         strategy.finish()
         return record
+
+    # ---- learner-actor: the learner and actor roles --------------------------------------------
+    def learn_from_actors(self) -> dict[str, Any]:
+        """Learner: one rollout from each of its actors, the update (all-reduce among the
+        learners), a checkpoint when due, then the new weights to the actors."""
+        cfg, strategy, rollouts = self.cfg, self.strategy, self.collector
+        max_it = cfg.agent.max_iterations
+        start = time.perf_counter() - self.wall_offset
+        strategy.start(self.iteration)
+        strategy.take_times()
+        record: dict[str, Any] = {}
+        while self.iteration < max_it:
+            strategy.heartbeat(self.iteration)
+            self.ppo.schedule_lr(self.iteration)
+            t0 = time.perf_counter()
+            strategy.receive_rollouts(rollouts)
+            self.learner.num_envs = rollouts.buffer.num_envs
+            t_wait = time.perf_counter() - t0
+            metrics = self.learn_step()
+            t_update = time.perf_counter() - t0 - t_wait
+            self.iteration += 1
+            if self.iteration % cfg.agent.save_interval == 0 or self.iteration == max_it:
+                ranks = strategy.learner_states(self.iteration, self.rank_state())
+                skipped = metrics.get("train/skipped_updates", 0)
+                if skipped:
+                    self._checkpoint(0.0, skipped)  # says why it does not save
+                elif strategy.is_main:  # the states were gathered to rank 0 among the learners
+                    self.save(time.perf_counter() - start, ranks)
+            strategy.push_weights()
+            comm, _ = strategy.take_times()
+            extra = strategy.take_metrics()
+            for text in extra.pop("messages", []):
+                self.tel.message(text)
+            t_rollout = metrics.get("time/rollout_max")
+            record = self._record(t0, start, metrics, t_rollout, t_update, comm, 0.0) | extra
+            self._log(record)
+        strategy.verify_replicas(self.policy)
+        strategy.finish()
+        return record
+
+    def act(self) -> dict[str, Any]:
+        """Actor: wait for new enough weights, collect, send the rollout (and, when a checkpoint
+        is due, this rank's state) to its learner."""
+        cfg, strategy, collector = self.cfg, self.strategy, self.collector
+        max_it = cfg.agent.max_iterations
+        strategy.start(self.iteration)
+        record: dict[str, Any] = {}
+        while self.iteration < max_it:
+            strategy.heartbeat(self.iteration)
+            t0 = time.perf_counter()
+            strategy.await_weights(self.iteration - strategy.lag_bound)
+            t1 = time.perf_counter()
+            collector.rollout(self.iteration)
+            if cfg.env.check_finite:
+                collector.check_finite(self.iteration)
+            collector.episode_window(self.iteration)
+            t_rollout = time.perf_counter() - t1
+            strategy.send_rollout(collector, self.iteration, t_rollout)
+            self.iteration += 1
+            if self.iteration % cfg.agent.save_interval == 0 or self.iteration == max_it:
+                strategy.send_state(self.iteration, self.rank_state())
+            record = {
+                "iteration": self.iteration,
+                "dist/version": strategy.version,
+                "time/weight_wait": t1 - t0,
+                "time/rollout": t_rollout,
+            }
+            self._log(record)  # non-main ranks log nothing; hooks see every rank
+        strategy.finish()  # the final weights arrive here
+        return record | {"dist/version": strategy.version}
 
     # ---- the server role (parameter-server strategies) ---------------------------------------
     def serve(self) -> dict[str, Any]:
@@ -253,6 +320,34 @@ class OnPolicyRunner:
             last_steps = steps
             self._log(record)
         return record
+
+    def _record(
+        self,
+        t0: float,
+        start: float,
+        metrics: dict[str, Any],
+        t_rollout: float | None,
+        t_update: float,
+        comm: float,
+        sync: float,
+    ) -> dict[str, Any]:
+        """One iteration's metrics.jsonl record (``metrics``: what ``learn_step`` returned)."""
+        now = time.perf_counter()
+        t_iter = now - t0
+        return {
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "wall_time": now - start,
+            "perf/sps": self.steps_per_iteration / t_iter,
+            "episode_return_mean": metrics.pop("episode_return_mean"),
+            "episode_length_mean": metrics.pop("episode_length_mean"),
+            "time/iteration": t_iter,
+            "time/rollout": t_rollout,
+            "time/learn": t_update - comm - sync,
+            "time/comm": comm,
+            "time/sync": sync if self.strategy.measures_sync else None,
+            **metrics,
+        }
 
     def _log(self, record: dict[str, Any]) -> None:
         self.tel.log(record)

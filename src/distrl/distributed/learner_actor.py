@@ -1,0 +1,533 @@
+"""Learners apart from actors (seed 003): ``--dist.strategy learner-actor --dist.learners L``.
+
+Ranks 0..L-1 learn: they train on their actors' rollouts, with one gradient all-reduce per
+minibatch in their own process group (``new_group``), exactly as ``allreduce`` does among all
+ranks. Ranks L.. act: they step their environments with the newest weights they hold and send
+each rollout to their learner (actor r feeds learner (r - L) % L). New weights reach the actors
+through the routing table (distributed/routing.py, LPT): built once from the parameter metadata
+on rank 0 and broadcast, then replayed after every update, each learner ``isend``ing its
+assigned chunks and each actor receiving, per learner, exactly the chunks the table names.
+
+Transport (shared with the parameter server, distributed/param_server.py): raw float32
+messages with a header, no pickling in the hot path; one receiver thread per peer (``Inbox``)
+so that waits have deadlines and a dead peer's closed connection names it; sends with a
+timeout.
+
+- actor -> learner: ``[kind, actor, version, iteration, rollout seconds, part, parts, length |
+  payload]``, fixed size; the payload is the rollout (obs, actions, log-probs, values, rewards,
+  terminated, truncated, final values, last obs, episode window), or a part of the actor's
+  checkpoint state, or nothing (DONE);
+- learner -> actor: a header ``[kind, version, failed rank, 0]``, then (WEIGHTS) the chunks
+  this learner owns for this actor, each its own message, in chunk order. The weights are the
+  flat parameters and the buffers (normalizer statistics, as float64 words).
+
+Sync modes. ``on-policy``: an actor waits for version v + 1 before its next rollout, so with one
+learner and one actor on the same envs training equals one process. ``async``: an actor goes on
+with the newest complete version it holds, and waits only when its next rollout would be more
+than ``--dist.max-policy-lag`` K versions old; a learner drops (and counts) any rollout older
+than K and trains on the rest with the behaviour log-probs in the PPO ratio (the rollout's own).
+
+Failures: a learner drops a dead actor (closed connection, or silent past --dist.timeout) by
+name and trains on the others; an actor stops naming a learner that died; a learner whose
+peer learner died tells its actors which one (ABORT) and stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import time
+from collections import deque
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from distrl.algorithms.ppo import GradientLearner
+from distrl.config import TrainConfig
+from distrl.distributed.allreduce import AllReduceStrategy
+from distrl.distributed.base import Roles
+from distrl.distributed.collectives import Collectives
+from distrl.distributed.context import DistContext, PeerFailure, _store
+from distrl.distributed.param_server import (
+    Inbox,
+    bytes_payload,
+    from_bytes_payload,
+    pack64,
+    to_parts,
+    unpack64,
+)
+from distrl.distributed.routing import RoutingTable, routing_table
+
+# learner -> actor header kinds
+WEIGHTS, BYE, ABORT = 1, 2, 3
+# actor -> learner kinds
+ROLLOUT, STATE, DONE = 1, 2, 3
+UP_HEADER, DOWN_HEADER = 8, 4
+WINDOW_ROWS = 100  # runner/collector.WINDOW (not imported: distributed/ stays below runner/)
+
+
+class RolloutCodec:
+    """One actor's rollout <-> one flat float32 payload (fixed layout for a T x N buffer)."""
+
+    def __init__(self, num_steps: int, num_envs: int, obs_dim: int, act_numel: int):
+        T, N = num_steps, num_envs
+        self.T, self.N, self.obs_dim, self.act_numel = T, N, obs_dim, act_numel
+        self.sizes = {
+            "obs": T * N * obs_dim,
+            "actions": T * N * act_numel,
+            **dict.fromkeys(
+                ("logprobs", "values", "rewards", "terminated", "truncated", "final_values"),
+                T * N,
+            ),
+            "last_obs": N * obs_dim,
+            "window": WINDOW_ROWS * 3,
+        }
+        self.numel = sum(self.sizes.values())
+
+    def encode(self, buf: Any, last_obs: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+        parts = [getattr(buf, k) for k in list(self.sizes)[:-2]] + [last_obs, window]
+        return torch.cat([p.detach().reshape(-1).float().cpu() for p in parts])
+
+    def decode_into(self, payload: torch.Tensor, buf: Any, obs: torch.Tensor, slot: int) -> Any:
+        """Write the rollout into columns [slot*N, (slot+1)*N) of ``buf`` and rows of ``obs``;
+        returns the actor's episode window [WINDOW, 3]."""
+        cols = slice(slot * self.N, (slot + 1) * self.N)
+        off = 0
+        for name, n in self.sizes.items():
+            piece = payload[off : off + n]
+            off += n
+            if name == "window":
+                return piece.view(WINDOW_ROWS, 3).clone()
+            if name == "last_obs":
+                obs[cols] = piece.view(self.N, self.obs_dim).to(obs.device)
+                continue
+            dst = getattr(buf, name)
+            col = dst[:, cols]
+            col.copy_(piece.view(col.shape).to(dst.dtype).to(dst.device))
+        raise AssertionError("unreachable")
+
+
+def merge_windows(windows: list[torch.Tensor]) -> torch.Tensor:
+    """The newest WINDOW episodes of several windows (rows (return, length, key); key -1 is an
+    empty slot), as one window."""
+    rows = torch.cat(windows)
+    rows = rows[rows[:, 2] >= 0]
+    rows = rows[torch.argsort(rows[:, 2], stable=True)][-WINDOW_ROWS:]
+    pad = torch.full((WINDOW_ROWS - rows.shape[0], 3), -1.0)
+    return torch.cat([pad, rows])
+
+
+def sync_numels(ppo: GradientLearner, policy: nn.Module) -> tuple[list[int], int]:
+    """The weight vector's tensors: every parameter, then the buffers as float64 words."""
+    words = 2 * sum(b.numel() for b in policy.buffers())
+    return [p.numel() for p in ppo.params] + ([words] if words else []), words
+
+
+class LearnerActor(Collectives):
+    name = "learner-actor"
+
+    def __init__(self, ctx: DistContext, cfg: TrainConfig):
+        super().__init__(ctx, profile_sync=False, timeout=cfg.dist.timeout)
+        L, W = cfg.dist.learners, ctx.world_size
+        if not self.active or W < 2 * L:
+            raise ValueError(
+                f"--dist.strategy learner-actor with --dist.learners {L} needs at least "
+                f"{2 * L} processes (an actor per learner), got {W}"
+            )
+        self.cfg, self.L = cfg, L
+        self.learners, self.actors = list(range(L)), list(range(L, W))
+        self.is_learner = ctx.rank < L
+        self.roles = Roles(collector=not self.is_learner, learner=self.is_learner)
+        self.mine = [a for a in self.actors if (a - L) % L == ctx.rank]  # a learner's actors
+        self.my_learner = (ctx.rank - L) % L
+        self.rollouts_per_learner = len(self.mine) if self.is_learner else 1
+        self.seed_rank = ctx.rank if self.is_learner else ctx.rank - L
+        self.lag_bound = cfg.dist.max_policy_lag if cfg.dist.sync == "async" else 0
+        # Every rank creates every group, in the same order. Object collectives get a group of
+        # their own so they never share connections with the receiver threads' point-to-point.
+        self.learner_group = dist.new_group(self.learners)
+        self.object_group = dist.new_group(list(range(W)))
+        if self.is_learner:
+            self.group, self.group_size = self.learner_group, L
+        self.version = 0
+        self.live = set(self.mine)  # learner: own actors still alive
+        self.targets = set(self.actors)  # learner: actors it still sends weights to
+        self.messages: list[str] = []
+        self._acc = self._fresh()
+
+    @property
+    def num_collectors(self) -> int:
+        return len(self.actors)
+
+    @property
+    def measures_sync(self) -> bool:
+        return False
+
+    # ---- set-up ------------------------------------------------------------------------------
+    def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
+        """Rank 0's replica reaches every rank (one coalesced broadcast); the routing table is
+        computed on rank 0 and broadcast; then every rank starts its receiver threads."""
+        self.policy, self.ppo = policy, learner
+        self.broadcast_tensors_(list(policy.parameters()) + list(policy.buffers()))
+        numels, self.buffer_words = sync_numels(learner, policy)
+        table = routing_table(numels, self.learners, self.actors) if self.is_main else None
+        self.table: RoutingTable = self.broadcast_object(table)
+        self.sync_numel = sum(numels)
+        self.codec = self._codec(policy)
+        self.capacity = max(self.codec.numel, 4096)
+        size = UP_HEADER + self.capacity
+        if self.is_learner:
+            self.inbox = Inbox(self.mine, size, last_kind=DONE)
+            self.pending: dict[int, deque] = {a: deque() for a in self.mine}
+            self.parts: dict[int, list[torch.Tensor]] = {a: [] for a in self.mine}
+            self.states: dict[tuple[int, int], Any] = {}
+            self.done: set[int] = set()
+            self.last_seen = dict.fromkeys(self.mine, time.perf_counter())
+        else:
+            self.routes_from = {
+                w: [r for r in self.table.receives(self.rank) if r.learner == w]
+                for w in self.learners
+            }
+            self.inbox = Inbox(self.learners, 0, (BYE, ABORT), receive=self._receive_weights)
+            self.arrived: dict[int, dict[int, torch.Tensor]] = {}
+            self.byes: set[int] = set()
+
+    def _codec(self, policy: nn.Module) -> RolloutCodec:
+        obs_dim = policy.normalizer.mean.numel()
+        act = 1 if policy.discrete else policy.action_space.dim
+        return RolloutCodec(self.cfg.agent.num_steps, self.cfg.env.num_envs, obs_dim, act)
+
+    def start(self, iteration: int) -> None:
+        """The loop starts (fresh or resumed) at ``iteration``: every rank holds that version."""
+        self.version = iteration
+
+    # ---- the learners' collectives -------------------------------------------------------------
+    # one all-reduce per minibatch among the learners (group = their new_group), as allreduce
+    step = AllReduceStrategy.step
+
+    def _timed(self, fn, *args, sync: bool = True, **kwargs):
+        try:
+            return super()._timed(fn, *args, sync=sync, **kwargs)
+        except PeerFailure as e:
+            if self.is_learner and fn is not dist.gather_object:
+                self._abort(e)
+            raise
+
+    def verify_replicas(self, module: nn.Module) -> None:
+        """The learners hold identical parameters (actors may hold older versions in async)."""
+        if self.is_learner:
+            AllReduceStrategy.verify_replicas(self, module)
+
+    # ---- weights: learners push, actors receive ------------------------------------------------
+    def _sync_vector(self) -> torch.Tensor:
+        flat = self.ppo.flat_param.detach().reshape(-1).cpu()
+        if not self.buffer_words:
+            return flat
+        bufs = torch.cat([b.detach().reshape(-1).double().cpu() for b in self.policy.buffers()])
+        return torch.cat([flat, pack64(bufs)])
+
+    def push_weights(self) -> None:
+        """Learner: the new version's chunks to every actor, as the routing table says."""
+        t0 = time.perf_counter()
+        self.version += 1
+        vec = self._sync_vector()
+        sent = 0
+        routes = self.table.sends(self.rank)
+        for actor in sorted(self.targets):
+            head = torch.tensor([WEIGHTS, self.version, -1, 0], dtype=torch.float32)
+            mine = [r for r in routes if r.actor == actor]
+            try:
+                self._send(head, actor)
+                for r in mine:
+                    c = r.chunk
+                    self._send(vec[c.start : c.start + c.numel], actor, tag=1 + c.index)
+                    sent += c.numel * 4
+            except RuntimeError as e:
+                self._drop(actor, f"sending weights to it failed: {_first_line(e)}")
+        dt = time.perf_counter() - t0
+        self._acc["sync_time"] += dt
+        self._acc["sync_bytes"] += sent
+
+    def _send(self, t: torch.Tensor, peer: int, tag: int = 0) -> None:
+        work = dist.isend(t.contiguous(), dst=peer, tag=tag)
+        work.wait(datetime.timedelta(seconds=self.timeout))
+
+    def _receive_weights(self, learner: int) -> torch.Tensor:
+        """Actor receiver thread: one header, then (WEIGHTS) this learner's chunks."""
+        head = torch.empty(DOWN_HEADER)
+        dist.recv(head, src=learner)
+        if int(head[0]) != WEIGHTS:
+            return head
+        routes = self.routes_from[learner]
+        payload = torch.empty(sum(r.chunk.numel for r in routes))
+        off = 0
+        for r in routes:
+            n = r.chunk.numel
+            dist.recv(payload[off : off + n], src=learner, tag=1 + r.chunk.index)
+            off += n
+        return torch.cat([head, payload])
+
+    def await_weights(self, needed: int) -> None:
+        """Actor: apply every complete version that has arrived; block until the newest held is
+        at least ``needed`` (on-policy: the iteration; async: the iteration minus K)."""
+        t0 = time.perf_counter()
+        self._pump_weights(block=False)
+        while self.version < needed:
+            self._pump_weights(block=True)
+        self.comm_time += time.perf_counter() - t0
+
+    def _pump_weights(self, block: bool) -> None:
+        while True:
+            got = self.inbox.get(self.timeout if block else 0.0)
+            if got is None:
+                if block:
+                    raise PeerFailure(
+                        f"rank {self.rank}/{self.world_size} (actor): no weights from the "
+                        f"learners (ranks {self.learners}) for --dist.timeout={self.timeout:g}s; "
+                        f"a learner died or stalled"
+                    )
+                return
+            learner, msg = got
+            if isinstance(msg, Exception):
+                raise PeerFailure(
+                    f"rank {self.rank}/{self.world_size} (actor): lost learner rank {learner}: "
+                    f"{_first_line(msg)}"
+                ) from msg
+            kind, version = int(msg[0]), int(msg[1])
+            if kind == ABORT:
+                who = int(msg[2])
+                name = f"learner rank {who}" if who >= 0 else "a learner"
+                raise PeerFailure(
+                    f"rank {self.rank}/{self.world_size} (actor): {name} failed (reported by "
+                    f"learner rank {learner}); stopping"
+                )
+            if kind == BYE:
+                self.byes.add(learner)
+                if block and self.byes >= set(self.learners):
+                    return
+                continue
+            self.arrived.setdefault(version, {})[learner] = msg[DOWN_HEADER:]
+            if len(self.arrived[version]) == self.L:
+                self._apply(version)
+                if block:
+                    return
+
+    def _apply(self, version: int) -> None:
+        parts = self.arrived.pop(version)
+        for v in [v for v in self.arrived if v < version]:
+            del self.arrived[v]  # an older incomplete version is never needed again
+        if version <= self.version:
+            return
+        vec = torch.empty(self.sync_numel)
+        for learner, payload in parts.items():
+            off = 0
+            for r in self.routes_from[learner]:
+                c = r.chunk
+                vec[c.start : c.start + c.numel] = payload[off : off + c.numel]
+                off += c.numel
+        n = self.ppo.num_grad
+        with torch.no_grad():
+            self.ppo.flat_param.data.copy_(vec[:n].to(self.ppo.flat_param.device))
+            if self.buffer_words:
+                words = unpack64(vec[n:])
+                off = 0
+                for b in self.policy.buffers():
+                    b.copy_(words[off : off + b.numel()].view_as(b).to(b.dtype))
+                    off += b.numel()
+        self.version = version
+
+    # ---- rollouts: actors send, learners receive ---------------------------------------------
+    def _up(self, kind: int, payload: torch.Tensor, **h: float) -> None:
+        parts = to_parts(payload, self.capacity)
+        for i, part in enumerate(parts):
+            msg = torch.zeros(UP_HEADER + self.capacity)
+            head = [kind, self.rank, h.get("version", self.version), h.get("iteration", 0)]
+            head += [h.get("seconds", 0.0), i, len(parts), part.numel()]
+            msg[:UP_HEADER] = torch.tensor(head, dtype=torch.float64).float()
+            msg[UP_HEADER : UP_HEADER + part.numel()] = part
+            try:
+                t0 = time.perf_counter()
+                self._send(msg, self.my_learner)
+                self.comm_time += time.perf_counter() - t0
+            except RuntimeError as e:
+                raise PeerFailure(
+                    f"rank {self.rank}/{self.world_size} (actor): lost its learner rank "
+                    f"{self.my_learner} while sending to it: {_first_line(e)}"
+                ) from e
+
+    def send_rollout(self, collector: Any, iteration: int, seconds: float) -> None:
+        """Actor: this rollout, with the version of the weights that collected it."""
+        payload = self.codec.encode(collector.buffer, collector.obs, collector.window)
+        self._up(ROLLOUT, payload, iteration=iteration, seconds=seconds)
+
+    def send_state(self, iteration: int, state: Any) -> None:
+        """Actor: its checkpoint state for ``iteration`` to its learner."""
+        self._up(STATE, bytes_payload(state), iteration=iteration)
+
+    def _pump(self, timeout: float) -> None:
+        """Learner: handle one message from an actor (or notice silence and dead actors)."""
+        t0 = time.perf_counter()
+        got = self.inbox.get(min(timeout, 1.0))
+        self._acc["wait"] += time.perf_counter() - t0
+        now = time.perf_counter()
+        if got is None:
+            for a in sorted(self.live - self.done):
+                if now - self.last_seen[a] > self.timeout:
+                    self._drop(a, f"it sent nothing for {now - self.last_seen[a]:.1f} s")
+            return
+        actor, msg = got
+        if isinstance(msg, Exception):
+            self._drop(actor, f"its connection failed: {_first_line(msg)}")
+            return
+        self.last_seen[actor] = now
+        head = msg[:UP_HEADER]
+        kind, part, parts = int(head[0]), int(head[5]), int(head[6])
+        payload = msg[UP_HEADER : UP_HEADER + int(head[7])]
+        if kind == ROLLOUT:
+            self.pending[actor].append((int(head[2]), float(head[4]), payload.clone()))
+        elif kind == STATE:
+            self.parts[actor].append(payload.clone())
+            if part == parts - 1:
+                state = from_bytes_payload(torch.cat(self.parts[actor]))
+                self.parts[actor] = []
+                self.states[(actor, int(head[3]))] = state
+        elif kind == DONE:
+            self.done.add(actor)
+
+    def _drop(self, actor: int, why: str) -> None:
+        self.targets.discard(actor)
+        if actor not in self.live:
+            return
+        self.live.discard(actor)
+        self.messages.append(
+            f"learner rank {self.rank}: dropped actor rank {actor}: {why}; training goes on "
+            f"with actors {sorted(self.live)}"
+        )
+        if not self.live:
+            err = PeerFailure(
+                f"rank {self.rank}/{self.world_size} (learner): lost every one of its actors "
+                f"({self.mine}); nothing left to train on"
+            )
+            self._abort(err)
+            raise err
+
+    def receive_rollouts(self, rollouts: Any) -> None:
+        """Learner: one rollout from every live actor into ``rollouts`` (a RemoteRollouts),
+        dropping (and counting) rollouts more than K versions old."""
+        windows, times = [], []
+        got: dict[int, tuple[int, float, torch.Tensor]] = {}
+        while True:
+            for a in sorted(self.live):
+                while a not in got and self.pending[a]:
+                    version, seconds, payload = self.pending[a].popleft()
+                    lag = self.version - version
+                    if lag > self.lag_bound:
+                        self._acc["dropped"] += self.codec.T * self.codec.N
+                        continue
+                    got[a] = (version, seconds, payload)
+            if set(got) >= self.live:
+                break
+            self._pump(self.timeout)
+        live = sorted(self.live)
+        rollouts.resize(len(live))
+        for slot, a in enumerate(live):
+            version, seconds, payload = got[a]
+            windows.append(self.codec.decode_into(payload, rollouts.buffer, rollouts.obs, slot))
+            times.append(seconds)
+            self._acc["lags"].append(self.version - version)
+        rollouts.window = merge_windows(windows)
+        rollouts.last_rollout_time = max(times)
+
+    def learner_states(self, iteration: int, own: Any) -> list[Any] | None:
+        """Learner: its live actors' states for ``iteration`` (waited for) and its own, gathered
+        on rank 0 as a list indexed by rank (a dead actor's entry is empty)."""
+        while any((a, iteration) not in self.states for a in self.live):
+            self._pump(self.timeout)
+        mine = {self.rank: own} | {a: self.states.pop((a, iteration)) for a in sorted(self.live)}
+        out = [None] * self.L if self.is_main else None
+        self._timed(dist.gather_object, mine, out, dst=0, group=self.learner_group, sync=False)
+        if out is None:
+            return None
+        ranks: list[Any] = [{} for _ in range(self.world_size)]
+        for d in out:
+            for r, s in d.items():
+                ranks[r] = s
+        return ranks
+
+    # ---- metrics -----------------------------------------------------------------------------
+    def _fresh(self) -> dict[str, Any]:
+        return {"lags": [], "dropped": 0, "sync_time": 0.0, "sync_bytes": 0, "wait": 0.0}
+
+    def take_metrics(self) -> dict[str, Any]:
+        """Learner: this iteration's lag, drops and weight-sync figures (then reset)."""
+        acc = self._acc
+        lags = acc["lags"]
+        out: dict[str, Any] = {
+            "dist/policy_lag_mean": sum(lags) / len(lags) if lags else 0.0,
+            "dist/policy_lag_max": max(lags) if lags else 0,
+            "dist/dropped_samples": acc["dropped"],
+            "dist/actors": len(self.live),
+            "dist/version": self.version,
+            "time/weight_sync": acc["sync_time"],
+            "dist/sync_gbps": acc["sync_bytes"] / acc["sync_time"] / 1e9
+            if acc["sync_time"] > 0
+            else None,
+            "dist/rollout_wait": acc["wait"],
+        }
+        if self.messages:
+            out["messages"] = list(self.messages)
+            self.messages.clear()
+        self._acc = self._fresh()
+        return out
+
+    # ---- the end -----------------------------------------------------------------------------
+    def finish(self) -> None:
+        """Learner: BYE to every actor, then wait for its own actors' DONE. Actor: wait for the
+        final weights and every learner's BYE, then DONE."""
+        if self.is_learner:
+            for a in sorted(self.targets):
+                try:
+                    self._send(torch.tensor([BYE, self.version, -1, 0.0]), a)
+                except RuntimeError as e:
+                    self._drop(a, f"sending BYE failed: {_first_line(e)}")
+            deadline = time.perf_counter() + self.timeout
+            while self.live - self.done and time.perf_counter() < deadline:
+                self._pump(deadline - time.perf_counter())
+            return
+        while self.byes < set(self.learners):
+            self._pump_weights(block=True)
+        self._up(DONE, torch.zeros(1))
+
+    def _abort(self, error: BaseException) -> None:
+        """Learner: tell every actor which learner failed (best effort) before stopping."""
+        who = _stalest(self.learners, self.rank)
+        for a in sorted(self.targets):
+            with contextlib.suppress(Exception):  # it may be gone too
+                self._send(torch.tensor([ABORT, self.version, float(who), 0.0]), a)
+        self.targets.clear()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _stalest(ranks: list[int], me: int) -> int:
+    """The rank among ``ranks`` (not ``me``) whose last heartbeat is oldest; -1 if unknown."""
+    store = _store()
+    if store is None:
+        return -1
+    oldest: tuple[float, int] | None = None
+    try:
+        for r in ranks:
+            key = f"distrl/alive/{r}"
+            if r == me or not store.check([key]):
+                continue
+            t = float(store.get(key).decode().split()[1])
+            if oldest is None or t < oldest[0]:
+                oldest = (t, r)
+    except Exception:
+        return -1
+    return oldest[1] if oldest else -1

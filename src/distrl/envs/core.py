@@ -73,3 +73,12 @@ class VecEnv(ABC):
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release resources (subprocesses, renderers)."""
+
+
+def check_saved_shape(env: VecEnv, saved: torch.Tensor, expected: tuple[int, ...]) -> None:
+    """Refuse a checkpoint's env state whose batch shape is not this env's."""
+    if tuple(saved.shape) != expected:
+        raise ValueError(
+            f"{type(env).__name__} state has shape {tuple(saved.shape)}, this env expects "
+            f"{expected}; resume with the same --env.num-envs as the saved run"
+        )

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from mujoco import rollout as mj_rollout
 
-from distrl.envs.core import ActionSpace, VecEnv
+from distrl.envs.core import ActionSpace, VecEnv, check_saved_shape
 
 ASSETS = Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets"
 
@@ -311,11 +311,7 @@ class MujocoVecEnv(VecEnv):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         expected = (self.num_envs, self.nstate)
-        if tuple(state["state"].shape) != expected:
-            raise ValueError(
-                f"{type(self).__name__} state has shape {tuple(state['state'].shape)}, this env "
-                f"expects {expected}; resume with the same --env.num-envs as the saved run"
-            )
+        check_saved_shape(self, state["state"], expected)
         self._state[:] = state["state"].numpy()
         self.elapsed[:] = state["elapsed"].numpy()
         self.total_steps = int(state["total_steps"])

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from distrl.envs.core import ActionSpace, VecEnv
+from distrl.envs.core import ActionSpace, VecEnv, check_saved_shape
 
 
 def _where_rows(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -123,11 +123,7 @@ class TorchVecEnv(VecEnv):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         expected = (self.num_envs, self.state_dim)
-        if tuple(state["state"].shape) != expected:
-            raise ValueError(
-                f"{type(self).__name__} state has shape {tuple(state['state'].shape)}, this env "
-                f"expects {expected}; resume with the same --env.num-envs as the saved run"
-            )
+        check_saved_shape(self, state["state"], expected)
         self.state = state["state"].to(self.device, self.state_dtype).clone()
         self.elapsed = state["elapsed"].to(self.device, torch.int32).clone()
         self.total_steps = int(state["total_steps"])

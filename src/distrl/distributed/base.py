@@ -72,6 +72,10 @@ class Strategy(Protocol):
     is_main: bool
     active: bool
     """False for one process: every collective is then the identity and costs nothing."""
+    seed_rank: int
+    """Seeds are ``seed + seed_rank``: the rank itself, except where a rank stands in for
+    another (learner-actor: actor i seeds as rank i would, so one learner and one actor
+    reproduce a single process)."""
 
     @property
     def num_collectors(self) -> int:

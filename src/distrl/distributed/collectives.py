@@ -32,6 +32,7 @@ class Collectives:
         self._cuda = ctx.device.type == "cuda"
         self.comm_time = 0.0
         self.sync_time = 0.0
+        self.seed_rank = ctx.rank  # the rank whose seed this process uses (see base.Strategy)
         # Tensor collectives run in ``group`` (None: every rank) of ``group_size`` ranks; object
         # collectives and barriers in ``object_group``. Strategies that split the ranks set them.
         self.group: Any = None

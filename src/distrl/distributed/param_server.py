@@ -179,6 +179,7 @@ class ParameterServer(Collectives):
         self.last = Decision("step", (0.0,) * 5)
         self.stop_seen = False  # BAP: a 'stop' arrived while this iteration was running
         self.iteration_first_round = 0
+        self._iteration = 0  # the iteration this worker is in (set by heartbeat)
         self.capacity = 0
 
     # ---- shape of the messages ---------------------------------------------------------------
@@ -354,8 +355,6 @@ class ParameterServer(Collectives):
         for name, t in gather.items():
             out.gathered[name] = t.detach().to(torch.float64).unsqueeze(0)
         return out
-
-    _iteration = 0
 
     def heartbeat(self, iteration: int) -> None:
         self._iteration = iteration

@@ -2,9 +2,10 @@
 
 The runner is handed a strategy (``distrl.distributed.base.Strategy``) and never builds one; it
 plays the roles the strategy gives this rank: a ``Collector`` (rollout, episode bookkeeping) and
-a ``Learner`` (advantages, update), or the ``server`` of the parameter-server strategies
-(``serve``). Besides the gradients, one exchange per iteration agrees on everything else: the
-batch statistics, the observation moments, every collector's episode window and rollout time
+a ``Learner`` (advantages, update), the ``server`` of the parameter-server strategies
+(``serve``), or a learner or actor of ``learner-actor`` (``learn_from_actors``, ``act``).
+Besides the gradients, one exchange per iteration agrees on everything else: the batch
+statistics, the observation moments, every collector's episode window and rollout time
 (``Strategy.reduce_stats``). The loop is the same for 1 and W ranks.
 """
 
@@ -52,8 +53,7 @@ class OnPolicyRunner:
         self.tel = telemetry or Telemetry()  # the base class is the null object
         self.run_dir = run_dir
         self.hooks = [*HOOKS, *(hooks or [])]
-        # learner-actor: actor i seeds as rank i would (one learner + one actor = one process)
-        self.seed = rank_seed(cfg.seed, getattr(strategy, "seed_rank", strategy.rank))
+        self.seed = rank_seed(cfg.seed, strategy.seed_rank)
         torch.manual_seed(self.seed)
         # Nothing here draws from numpy or `random`, but checkpoints capture their state: seeded,
         # two runs with one seed write identical checkpoints (and resumes restore them exactly).

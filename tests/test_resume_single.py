@@ -140,3 +140,23 @@ def test_resume_at_max_iterations_says_there_is_nothing_to_train(uninterrupted, 
     assert "already at iteration 6" in out and "nothing to train" in out
     assert final["iteration"] == 6
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
+
+
+@pytest.mark.timeout(90)
+def test_resume_with_reward_scaling_equals_uninterrupted_run(tmp_path):
+    # pendulum's 200-step episodes span iterations: the per-env discounted return behind the
+    # reward scale must come back from the checkpoint, or the resumed rewards differ
+    def run(run_dir: Path, iterations: int, *extra: str) -> None:
+        flags = [*SMALL, "--policy.reward-normalization", "True", "--agent.save-interval", "3"]
+        flags += ["--agent.max-iterations", str(iterations), "--run-dir", str(run_dir)]
+        run_training(parse_train_args(["pendulum", *flags, *extra]))
+
+    run(tmp_path / "full", 6)
+    run(tmp_path / "run", 3)
+    run(tmp_path / "run", 6, "--resume", "auto")
+    full, resumed = final_state(tmp_path / "full", 6), final_state(tmp_path / "run", 6)
+    assert "reward_norm.inv_std" in full["policy"]
+    assert float(full["policy"]["reward_norm.count"]) == 6 * 32 * 8
+    assert_same(resumed["policy"], full["policy"], "policy")
+    assert_same(resumed["ppo"], full["ppo"], "ppo")
+    assert_same(resumed["ranks"][0]["disc_return"], full["ranks"][0]["disc_return"], "G")

@@ -87,6 +87,14 @@ def check_before_start(cfg: TrainConfig) -> None:
         world = local_world = cfg.nproc
     context.check_devices(cfg.device, local_world)
     context.check_strategy(cfg, world)
+    if cfg.policy.reward_normalization:
+        from distrl.envs.registry import get_task
+
+        if get_task(cfg.task).suite is not None:
+            raise ValueError(
+                f"--policy.reward-normalization does not apply to {cfg.task}: its episodic RLOO "
+                f"runner scores whole episodes; leave it off"
+            )
     if cfg.resume is None:
         return
     if cfg.resume == "auto":

@@ -35,6 +35,10 @@ class PolicyConfig:
     """Initial log standard deviation of the Gaussian head (continuous actions)."""
     obs_normalization: bool = True
     """Running mean/variance normalization of observations (moments merged across ranks)."""
+    reward_normalization: bool = False
+    """Scale rewards by the running std of the discounted return (gamma = --agent.gamma) and
+    clip them to [-10, 10], as Gymnasium's NormalizeReward / SB3's VecNormalize do; the value
+    head then predicts scaled returns. Moments merged across ranks; logged returns stay raw."""
 
 
 @dataclass(frozen=True)
@@ -310,6 +314,12 @@ def validate(cfg: TrainConfig, known_tasks: list[str] | None = None) -> TrainCon
     _positive(errors, "--dist.learners", cfg.dist.learners, "use e.g. 1")
     if cfg.dist.max_policy_lag < 0:
         errors.append(f"--dist.max-policy-lag must be 0 or more, got {cfg.dist.max_policy_lag}")
+    if cfg.policy.reward_normalization and cfg.dist.strategy == "learner-actor":
+        errors.append(
+            "--policy.reward-normalization is not supported with --dist.strategy learner-actor "
+            "(actors would need the agreed return moments); use allreduce or a ps-* strategy, "
+            "or --policy.reward-normalization False"
+        )
     if a.keep_checkpoints is not None and a.keep_checkpoints < 1:
         errors.append(
             f"--agent.keep-checkpoints must be 1 or more, got {a.keep_checkpoints}; it is how "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from distrl.config import PolicyConfig
 from tests.distributed.harness import expect_ok, run_ranks
 from tests.distributed.workers import equivalence
 
@@ -15,9 +16,12 @@ pytestmark = pytest.mark.timeout(180)
 AGENT = dict(norm_adv=True, lr_schedule="adaptive", num_minibatches=4, num_epochs=3)
 
 
-def test_two_ranks_match_one_process_on_the_same_data():
-    single = expect_ok(*run_ranks(equivalence, 1, 16, 4, AGENT, timeout=120)[:2], 1)[0]
-    ranks = expect_ok(*run_ranks(equivalence, 2, 16, 4, AGENT, timeout=120)[:2], 2)
+@pytest.mark.parametrize("reward_norm", [False, True], ids=["raw-rewards", "scaled-rewards"])
+def test_two_ranks_match_one_process_on_the_same_data(reward_norm: bool):
+    # with reward scaling, "norm" also holds the discounted-return moments merged over ranks
+    agent = dict(AGENT, policy=PolicyConfig(reward_normalization=reward_norm))
+    single = expect_ok(*run_ranks(equivalence, 1, 16, 4, agent, timeout=120)[:2], 1)[0]
+    ranks = expect_ok(*run_ranks(equivalence, 2, 16, 4, agent, timeout=120)[:2], 2)
     # identical replicas, bit for bit
     assert torch.equal(ranks[0]["params"], ranks[1]["params"])
     assert torch.equal(ranks[0]["norm"], ranks[1]["norm"])

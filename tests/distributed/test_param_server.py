@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from distrl.config import PolicyConfig
 from tests.distributed.harness import expect_ok, run_ranks
 from tests.distributed.workers import equivalence
 
@@ -15,9 +16,11 @@ pytestmark = pytest.mark.timeout(240)
 AGENT = dict(norm_adv=True, lr_schedule="adaptive", num_minibatches=4, num_epochs=3)
 
 
-def test_bsp_reproduces_allreduce_on_the_same_data():
-    ar = expect_ok(*run_ranks(equivalence, 2, 16, 4, AGENT, timeout=120)[:2], 2)
-    ps = expect_ok(*run_ranks(equivalence, 3, 16, 4, AGENT, "ps-bsp", timeout=120)[:2], 3)
+@pytest.mark.parametrize("reward_norm", [False, True], ids=["raw-rewards", "scaled-rewards"])
+def test_bsp_reproduces_allreduce_on_the_same_data(reward_norm: bool):
+    agent = dict(AGENT, policy=PolicyConfig(reward_normalization=reward_norm))
+    ar = expect_ok(*run_ranks(equivalence, 2, 16, 4, agent, timeout=120)[:2], 2)
+    ps = expect_ok(*run_ranks(equivalence, 3, 16, 4, agent, "ps-bsp", timeout=120)[:2], 3)
     server, workers = ps[0], ps[1:]
     for w in workers:  # every worker holds the server's replica
         assert torch.equal(w["params"], server["params"])

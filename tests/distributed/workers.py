@@ -6,10 +6,12 @@ import dataclasses
 
 import torch
 
-from distrl.config import AgentConfig, EnvConfig, TrainConfig
+from distrl.config import AgentConfig, EnvConfig, PolicyConfig, TrainConfig
 
 
-def small_config(num_envs: int, distributed: bool, **agent) -> TrainConfig:
+def small_config(
+    num_envs: int, distributed: bool, policy: PolicyConfig | None = None, **agent
+) -> TrainConfig:
     a = dict(
         num_steps=8,
         num_epochs=3,
@@ -25,6 +27,7 @@ def small_config(num_envs: int, distributed: bool, **agent) -> TrainConfig:
         task="cartpole",
         env=EnvConfig(num_envs=num_envs),
         agent=AgentConfig(**a),
+        policy=policy or PolicyConfig(),
         distributed=distributed,
         tensorboard=False,
         progress=False,
@@ -119,7 +122,13 @@ def equivalence(
                 )
                 buf.logprobs.copy_(logp.view(T, n_local))
                 buf.values.copy_(values.view(T, n_local))
-                buf.rewards.copy_(d["rewards"][:, sl])
+                scale = runner.policy.reward_norm
+                if scale is None:
+                    buf.rewards.copy_(d["rewards"][:, sl])
+                else:  # what the collector does: scaled rewards, G per step for the moments
+                    buf.rewards.copy_(scale(d["rewards"][:, sl].clone()))
+                    G = discounted_returns(d, cfg.agent.gamma)
+                    runner.collector.disc_returns.copy_(G[:, sl])
                 buf.terminated.copy_(d["terminated"][:, sl])
                 buf.truncated.copy_(d["truncated"][:, sl])
                 buf.final_values.copy_(
@@ -136,12 +145,23 @@ def equivalence(
         context.shutdown()
 
 
+def discounted_returns(d: dict[str, torch.Tensor], gamma: float) -> torch.Tensor:
+    """G_t = gamma G_{t-1} + r_t per env of recorded transitions, restarting after a done."""
+    G, out = torch.zeros_like(d["rewards"][0]), torch.zeros_like(d["rewards"])
+    for t in range(d["rewards"].shape[0]):
+        G = gamma * G + d["rewards"][t]
+        out[t] = G
+        G = G.masked_fill(d["terminated"][t] | d["truncated"][t], 0.0)
+    return out
+
+
 def runner_replica(runner) -> dict:
-    """Parameters, normalizer statistics and learning rate of a runner's policy."""
-    norm = runner.policy.normalizer
+    """Parameters, normalizer statistics (observations, and returns when rewards are scaled)
+    and learning rate of a runner's policy."""
+    norms = [runner.policy.normalizer, runner.policy.reward_norm]
     return {
         "params": torch.cat([p.detach().reshape(-1) for p in runner.policy.parameters()]),
-        "norm": torch.cat([norm.mean64, norm.m2, norm.count.view(1)]),
+        "norm": torch.cat([torch.cat([n.mean64, n.m2, n.count.view(1)]) for n in norms if n]),
         "lr": runner.ppo.lr,
     }
 

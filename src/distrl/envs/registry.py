@@ -51,14 +51,18 @@ class Task:
     (``runner/episodic.py``) on the suite; ``make_env`` is a mixed-task env for ``play``."""
 
 
-def _config(task: str, num_envs: int, **agent: object) -> Callable[[], TrainConfig]:
-    """Factory of a fresh TrainConfig for ``task`` with ``num_envs`` and AgentConfig overrides."""
+def _config(
+    task: str, num_envs: int, policy: PolicyConfig | None = None, **agent: object
+) -> Callable[[], TrainConfig]:
+    """Factory of a fresh TrainConfig for ``task`` with ``num_envs``, a PolicyConfig and
+    AgentConfig overrides."""
 
     def make() -> TrainConfig:
         return TrainConfig(
             task=task,
             env=EnvConfig(num_envs=num_envs),
             agent=dataclasses.replace(AgentConfig(), **agent),
+            policy=policy or PolicyConfig(),
         )
 
     return make
@@ -84,10 +88,12 @@ def _mujoco(cls_name: str) -> Callable[[int, torch.device, int | None], VecEnv]:
 
 def _mujoco_config(task: str) -> Callable[[], TrainConfig]:
     """CleanRL's MuJoCo PPO (2048 steps per iteration, 10 epochs of 32 minibatches, lr 3e-4
-    decayed linearly, 1M steps) with the 2048 steps spread over 32 envs of 64 steps."""
+    decayed linearly, 1M steps, observations and rewards normalized) with the 2048 steps spread
+    over 32 envs of 64 steps."""
     return _config(
         task,
         num_envs=32,
+        policy=PolicyConfig(reward_normalization=True),
         num_steps=64,
         num_epochs=10,
         num_minibatches=32,

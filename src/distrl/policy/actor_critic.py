@@ -16,7 +16,7 @@ from torch import nn
 from distrl.config import PolicyConfig
 from distrl.envs.core import ActionSpace
 from distrl.policy import distributions as D
-from distrl.policy.normalizer import RunningNorm
+from distrl.policy.normalizer import ReturnScale, RunningNorm
 
 
 class _LinearTanh(torch.autograd.Function):
@@ -79,6 +79,8 @@ class ActorCritic(nn.Module):
         self.action_space = action_space
         self.discrete = action_space.discrete
         self.normalizer = RunningNorm(obs_dim, enabled=cfg.obs_normalization)
+        # registered only when used, so policies without it keep their state_dict keys
+        self.reward_norm = ReturnScale() if cfg.reward_normalization else None
         self.actor = mlp(obs_dim, cfg.actor_hidden, action_space.dim, cfg.activation, 0.01)
         self.critic = mlp(obs_dim, cfg.critic_hidden, 1, cfg.activation, 1.0)
         if not self.discrete:

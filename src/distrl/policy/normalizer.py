@@ -1,4 +1,4 @@
-"""Running observation normalization with mergeable moments.
+"""Running observation normalization and return-based reward scaling, with mergeable moments.
 
 Moments are kept as (count, mean, M2) in float64, where M2 = sum of squared deviations, so that
 statistics from several batches (or several ranks) merge exactly (Chan, Golub & LeVeque 1979):
@@ -94,3 +94,22 @@ class RunningNorm(nn.Module):
         var = merged.m2 / merged.count.clamp_min(1.0)
         self.mean.copy_(merged.mean.to(self.mean.dtype))
         self.inv_std.copy_((var + self.eps).rsqrt().to(self.inv_std.dtype))
+
+
+class ReturnScale(RunningNorm):
+    """Reward scaling by the running standard deviation of the discounted return, as Gymnasium's
+    ``NormalizeReward`` and SB3's ``VecNormalize(norm_reward=True)`` do (CleanRL's and rl-zoo3's
+    MuJoCo and Pendulum PPO use it): r / sqrt(Var[G] + eps), clipped to [-clip, clip], where
+    G_t = gamma * G_{t-1} + r_t per env and G restarts after an episode ends. No mean is
+    subtracted: shifting rewards would change what the optimal policy of a terminating task is.
+
+    The collector scales each rollout with the statistics agreed after the previous one (the
+    first rollout sees unit scale), so every rank scales by the same number; the moments of this
+    rollout's G are summed over ranks like the observation moments and merged after the update.
+    """
+
+    def __init__(self, eps: float = 1e-8, clip: float = 10.0):
+        super().__init__(1, eps=eps, clip=clip)
+
+    def forward(self, r: torch.Tensor) -> torch.Tensor:
+        return (r * self.inv_std).clamp_(-self.clip, self.clip)

@@ -25,8 +25,16 @@ class EnvStepError(RuntimeError):
 
 
 class Collector:
-    def __init__(self, env: VecEnv, policy: ActorCritic, num_steps: int, rank: int, seed: int):
-        self.env, self.policy, self.rank = env, policy, rank
+    def __init__(
+        self,
+        env: VecEnv,
+        policy: ActorCritic,
+        num_steps: int,
+        rank: int,
+        seed: int,
+        gamma: float = 0.99,
+    ):
+        self.env, self.policy, self.rank, self.gamma = env, policy, rank, gamma
         device = next(policy.parameters()).device
         N = env.num_envs
         act_shape = () if env.action_space.discrete else (env.action_space.dim,)
@@ -42,6 +50,9 @@ class Collector:
         # window rows: (return, length, completion key); key -1 marks an empty slot
         self.window = torch.full((WINDOW, 3), -1.0, **z)
         self.last_rollout_time = 0.0
+        # reward scaling (policy.reward_norm): each env's discounted return G, and G per step
+        self.disc_return = torch.zeros(N, **z)
+        self.disc_returns = torch.zeros(num_steps, N, **z) if policy.reward_norm else None
 
     @property
     def steps_per_rollout(self) -> int:
@@ -51,6 +62,7 @@ class Collector:
     @torch.inference_mode()  # cheaper per op than no_grad; writes into normal buffers are fine
     def rollout(self, iteration: int) -> None:
         buf, policy, env = self.buffer, self.policy, self.env
+        scale, G = policy.reward_norm, self.disc_return
         obs = self.obs
         for t in range(buf.num_steps):
             actions, logp, value = policy.act(obs)
@@ -62,7 +74,12 @@ class Collector:
             buf.actions[t] = actions
             buf.logprobs[t] = logp
             buf.values[t] = value
-            buf.rewards[t] = reward
+            if scale is None:
+                buf.rewards[t] = reward
+            else:
+                G.mul_(self.gamma).add_(reward)
+                self.disc_returns[t] = G
+                buf.rewards[t] = scale(reward)
             buf.terminated[t] = terminated
             buf.truncated[t] = truncated
             if truncated.any():  # rare; bootstrap from V(final obs), not from the reset state
@@ -75,6 +92,8 @@ class Collector:
             self.done_length[t] = self.ep_length
             self.ep_return.masked_fill_(done, 0.0)
             self.ep_length.masked_fill_(done, 0.0)
+            if scale is not None:
+                G.masked_fill_(done, 0.0)
             obs = next_obs
         self.obs = obs
 
@@ -118,6 +137,10 @@ class Collector:
         obs = self.buffer.obs
         return Moments.of(obs.reshape(-1, obs.shape[-1])).to_flat()
 
+    def return_moments(self) -> torch.Tensor:
+        """This rollout's discounted-return moments for the reward scale, flat float64 [3]."""
+        return Moments.of(self.disc_returns.reshape(-1, 1)).to_flat()
+
     def episode_window(self, iteration: int) -> torch.Tensor:
         """Add the episodes that ended in this rollout to the window; returns it, [WINDOW, 3]
         rows of (return, length, completion key), the key ordering completions across ranks."""
@@ -140,6 +163,7 @@ class Collector:
             "ep_return": self.ep_return.cpu(),
             "ep_length": self.ep_length.cpu(),
             "window": self.window.cpu(),
+            "disc_return": self.disc_return.cpu(),
         }
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
@@ -150,6 +174,8 @@ class Collector:
         self.ep_return = s["ep_return"].to(device)
         self.ep_length = s["ep_length"].to(device)
         self.window = s["window"].to(device)
+        if "disc_return" in s:  # absent in checkpoints written before reward scaling existed
+            self.disc_return = s["disc_return"].to(device)
 
 
 class RemoteRollouts:

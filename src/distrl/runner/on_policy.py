@@ -66,7 +66,7 @@ class OnPolicyRunner:
         self.collector: Collector | RemoteRollouts | None = None
         if roles.collector:
             self.collector = Collector(
-                env, self.policy, cfg.agent.num_steps, strategy.rank, self.seed
+                env, self.policy, cfg.agent.num_steps, strategy.rank, self.seed, cfg.agent.gamma
             )
         elif roles.learner:  # learns from rollouts that actor ranks collect
             self.collector = RemoteRollouts(env, cfg.agent.num_steps, slots, env.device)
@@ -99,24 +99,33 @@ class OnPolicyRunner:
 
     # ---- one iteration's update -------------------------------------------------------------
     def learn_step(self) -> dict[str, Any]:
-        """Advantages, the agreed statistics, the PPO update, then the normalizer moves to this
-        rollout's (global) observation moments."""
+        """Advantages, the agreed statistics, the PPO update, then the normalizers move to this
+        rollout's (global) observation and discounted-return moments."""
         for h in self.hooks:
             h.before_update(self)
         c, buf = self.collector, self.collector.buffer
         self.learner.advantages(buf, c.obs)
         rollout_time = torch.tensor([c.last_rollout_time], dtype=torch.float64)
+        sums = {"batch": PPO.batch_sums(buf), "obs": c.obs_moments()}
+        if self.policy.reward_norm is not None:
+            sums["ret"] = c.return_moments()
         agreed = self.strategy.reduce_stats(
-            sums={"batch": PPO.batch_sums(buf), "obs": c.obs_moments()},
+            sums=sums,
             gather={"rollout_time": rollout_time, "episodes": c.episode_window(self.iteration)},
         )
         metrics = self.learner.update(buf, agreed.sums["batch"], self.strategy)
-        if self.policy.normalizer.enabled:  # count-weighted merge across ranks
-            self.policy.normalizer.update(Moments.from_flat_sum(agreed.sums["obs"]))
+        self.merge_moments(agreed.sums["obs"], agreed.sums.get("ret"))
         metrics |= episode_summary(agreed.gathered["rollout_time"], agreed.gathered["episodes"])
         for h in self.hooks:
             h.after_update(self, metrics)
         return metrics
+
+    def merge_moments(self, obs: torch.Tensor, ret: torch.Tensor | None) -> None:
+        """The normalizers take in the moments summed over every collector (count-weighted)."""
+        if self.policy.normalizer.enabled:
+            self.policy.normalizer.update(Moments.from_flat_sum(obs))
+        if self.policy.reward_norm is not None:
+            self.policy.reward_norm.update(Moments.from_flat_sum(ret))
 
     # ---- checkpoints -----------------------------------------------------------------------
     def save(self, wall_time: float, ranks: list[Any] | None = None) -> Path | None:
@@ -275,11 +284,11 @@ class OnPolicyRunner:
         last_steps = self.iteration * self.steps_per_iteration
 
         def on_stats(sums: torch.Tensor, gathered: dict[int, torch.Tensor], nsums: int) -> None:
-            # the layout learn_step packs: sums = [batch power sums (7) | obs moments],
-            # gathered row = [rollout time | episode window]
+            # the layout learn_step packs: sums = [batch power sums (7) | obs moments (1 + 2D)
+            # | return moments (3, with reward scaling)], gathered row = [rollout time | window]
             seen["ev"] = PPO.batch_stats(sums[:7])["explained_variance"]
-            if self.policy.normalizer.enabled:
-                self.policy.normalizer.update(Moments.from_flat_sum(sums[7:]))
+            obs_end = 8 + 2 * self.env.obs_dim
+            self.merge_moments(sums[7:obs_end], sums[obs_end:])
             for w, row in gathered.items():
                 seen["times"][w] = row[:1]
                 seen["windows"][w] = row[1:].view(WINDOW, 3)

@@ -50,7 +50,12 @@ def test_default_config_values() -> None:
     assert cartpole.env.num_envs == 128 and cartpole.agent.num_steps == 32
     assert cartpole.agent.lr_schedule == "adaptive" and cartpole.agent.max_iterations == 100
     assert default_config("acrobot").agent.num_steps == 32
-    assert default_config("pendulum").agent.max_iterations == 300
+    pendulum = default_config("pendulum")
+    assert pendulum.agent.max_iterations == 100 and pendulum.agent.lr_schedule == "linear"
+    assert pendulum.policy.reward_normalization and not cartpole.policy.reward_normalization
+    # a Gymnasium id with a built-in twin trains with the twin's tuned settings
+    assert default_config("gym:Pendulum-v1").agent == pendulum.agent
+    assert default_config("gym:Pendulum-v1").task == "gym:Pendulum-v1"
     gym_cfg = default_config("gym:Acrobot-v1")
     assert gym_cfg.env.num_envs == 8 and gym_cfg.agent.num_steps == 128
 

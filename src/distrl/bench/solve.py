@@ -12,12 +12,17 @@ from distrl.bench import common
 from distrl.bench.runs import PYTHON_CLI, quiet_train_args
 from distrl.telemetry import read_metrics
 
-# task -> target return (Gymnasium's own thresholds where it defines one)
+# task -> target return: Gymnasium's own thresholds where it defines one; for the MuJoCo tasks
+# CleanRL's published PPO mean return after 1M steps (ppo_continuous_action, its docs' table)
 DEFAULT_TARGETS = {
     "cartpole": 475.0,
     "gym:CartPole-v1": 475.0,
     "pendulum": -200.0,
+    "gym:Pendulum-v1": -200.0,
     "acrobot": -100.0,
+    "halfcheetah": 1442.0,
+    "hopper": 2383.0,
+    "walker2d": 2288.0,
 }
 
 
@@ -28,7 +33,8 @@ class SolveArgs:
     seeds: int = 5
     """Seeds per task (one process each)."""
     target: tuple[float, ...] = ()
-    """Target return per task (default: 475 for CartPole, -200 for pendulum)."""
+    """Target return per task (default: 475 for CartPole, -200 for Pendulum, CleanRL's 1M-step
+    returns for halfcheetah 1442, hopper 2383, walker2d 2288)."""
     threads: int = 1
     """Intra-op threads."""
     out: str | None = None

@@ -46,7 +46,7 @@ def test_default_cartpole_reaches_475(tmp_path, nproc):
 
 
 def test_default_pendulum_learns_the_swing_up(tmp_path):
-    # 30 of the default 100 iterations (~490k steps, ~15 s) at the default's starting LR (its
+    # 30 of the default 150 iterations (~490k steps, ~15 s) at the default's starting LR (its
     # linear decay would scale with a shorter run): a random policy scores about -1200, the
     # swing-up about -200; tuning runs were at -275..-322 here, and the full run reaches -200
     run_dir = tmp_path / "pendulum"

@@ -51,7 +51,7 @@ def test_default_config_values() -> None:
     assert cartpole.agent.lr_schedule == "adaptive" and cartpole.agent.max_iterations == 100
     assert default_config("acrobot").agent.num_steps == 32
     pendulum = default_config("pendulum")
-    assert pendulum.agent.max_iterations == 100 and pendulum.agent.lr_schedule == "linear"
+    assert pendulum.agent.max_iterations == 150 and pendulum.agent.lr_schedule == "linear"
     assert pendulum.policy.reward_normalization and not cartpole.policy.reward_normalization
     # a Gymnasium id with a built-in twin trains with the twin's tuned settings
     assert default_config("gym:Pendulum-v1").agent == pendulum.agent

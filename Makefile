@@ -3,6 +3,8 @@
 # `make setup` includes the mujoco extra (~11 MB of registry wheels, seconds to install), so the
 # MuJoCo tasks and their Gymnasium parity tests run everywhere; `make setup EXTRAS=dev` leaves it
 # out (those tests then skip, naming the reason) and `make setup-mujoco` adds it later.
+# It includes the video extra too (imageio-ffmpeg 0.6.0: a 29 MB wheel with its own ffmpeg; 0.8.x
+# is 68 MB), so `play --video` and its test run where the system has headless OpenGL (libEGL).
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -10,7 +12,7 @@ STAMP   := $(VENV)/.installed
 TASK    ?= cartpole
 NPROC   ?= 2
 ARGS    ?=
-EXTRAS  ?= dev,mujoco
+EXTRAS  ?= dev,mujoco,video
 
 .PHONY: setup setup-mujoco train test test-fast lint format bench clean
 

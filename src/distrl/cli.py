@@ -24,7 +24,8 @@ USAGE = """usage: distrl <command> ...
 
 commands:
   train <task> [overrides]    train a policy (`distrl train <task> --help` lists overrides)
-  play <run-dir|checkpoint>   run the deterministic policy and print mean ± std return
+  play <run-dir|checkpoint>   run the deterministic policy and print mean ± std return;
+                              --video out.mp4 records one episode
   bench <what> [options]      measure throughput, time to solve, scaling (`distrl bench --help`)
   list                        every task with a one-line description
 """
@@ -232,12 +233,13 @@ def train_main(argv: list[str] | None = None) -> int:
 
 def play_main(argv: list[str] | None = None) -> int:
     from distrl.play import PlayArgs, play
+    from distrl.render import RenderUnavailable
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = tyro.cli(PlayArgs, args=argv, prog="play")
     try:
         play(args)
-    except ValueError as e:
+    except (ValueError, ImportError, RenderUnavailable) as e:  # each names its fix
         return _fail(str(e))
     return 0
 

@@ -1,16 +1,21 @@
-"""`distrl play <run-dir|checkpoint> --episodes N`: evaluate the deterministic policy."""
+"""`distrl play <run-dir|checkpoint> --episodes N`: evaluate the deterministic policy;
+`--video out.mp4`: record one such episode, rendered offscreen (``distrl.render``)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import tyro
 
 from distrl import checkpoint as ckpt
-from distrl.config import from_dict
+from distrl.config import TrainConfig, from_dict
+from distrl.envs.core import VecEnv
 from distrl.envs.registry import make_env
 from distrl.policy import ActorCritic
 
@@ -19,24 +24,36 @@ from distrl.policy import ActorCritic
 class PlayArgs:
     path: tyro.conf.Positional[str]
     """A run directory (its newest valid checkpoint is used) or a checkpoint file."""
-    episodes: int = 10
-    """Complete episodes to run."""
+    episodes: int | None = None
+    """Complete episodes to run (default 10; --video records one)."""
     num_envs: int | None = None
-    """Parallel envs (default: min(episodes, 64))."""
+    """Parallel envs (default: min(episodes, 64); --video steps one)."""
     seed: int = 12345
     """Env seed (different from training seeds by default)."""
     device: str = "cpu"
     """Torch device."""
+    video: str | None = None
+    """Record one episode (env seed --seed) to this .mp4 file instead of evaluating: the MuJoCo
+    tasks and gym:<Id> tasks that render rgb_array; needs the video extra."""
 
 
-def evaluate(policy: ActorCritic, env, episodes: int, seed: int) -> torch.Tensor:
-    """Returns of the first ``episodes`` episodes completed by the deterministic policy."""
+def evaluate(
+    policy: ActorCritic,
+    env: VecEnv,
+    episodes: int,
+    seed: int,
+    before_step: Callable[[], None] | None = None,
+) -> torch.Tensor:
+    """Returns of the first ``episodes`` episodes completed by the deterministic policy;
+    ``before_step()`` runs before every step (``--video`` takes a frame there)."""
     obs = env.reset(seed=seed)
     ep_ret = torch.zeros(env.num_envs, device=obs.device)
     done_returns: list[torch.Tensor] = []
     count = 0
     with torch.no_grad():
         while count < episodes:
+            if before_step is not None:
+                before_step()
             obs, rew, term, trunc, _ = env.step(policy.act_deterministic(obs))
             ep_ret += rew
             done = term | trunc
@@ -47,30 +64,63 @@ def evaluate(policy: ActorCritic, env, episodes: int, seed: int) -> torch.Tensor
     return torch.cat(done_returns)[:episodes]
 
 
-def play(args: PlayArgs) -> torch.Tensor:
-    if args.episodes < 1:
-        raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
-    p = Path(args.path)
-    if p.is_dir():
-        path, _ = ckpt.resolve_resume(str(p), None)
-    else:
-        path = p
-    if path is None:
+def load(path: str, device: torch.device) -> tuple[TrainConfig, dict[str, Any], Path, dict]:
+    """(config, policy state, checkpoint path, manifest) of a run directory's newest valid
+    checkpoint, or of a checkpoint file."""
+    p = Path(path)
+    found = ckpt.resolve_resume(str(p), None)[0] if p.is_dir() else p
+    if found is None:
         raise ValueError(f"no checkpoint found under {p}")
-    state, manifest = ckpt.load_checkpoint(path, map_location=args.device)
-    cfg = from_dict(manifest["config"])
-    n = args.num_envs or min(args.episodes, 64)
-    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=n))
+    state, manifest = ckpt.load_checkpoint(found, map_location=device)
+    return from_dict(manifest["config"]), state["policy"], found, manifest
+
+
+def make_policy(env: VecEnv, cfg: TrainConfig, state: dict[str, Any]) -> ActorCritic:
+    policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(env.device)
+    policy.load_state_dict(state)
+    return policy.eval()
+
+
+def play(args: PlayArgs) -> torch.Tensor:
+    """Evaluate (or, with ``--video``, record) and print; returns the episodes' returns."""
+    if args.video is not None:
+        return record(args)
+    episodes = 10 if args.episodes is None else args.episodes
+    if episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {episodes}")
     device = torch.device(args.device)
-    env = make_env(cfg, device)
-    policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(device)
-    policy.load_state_dict(state["policy"])
-    policy.eval()
-    returns = evaluate(policy, env, args.episodes, args.seed)
+    cfg, state, path, manifest = load(args.path, device)
+    n = args.num_envs or min(episodes, 64)
+    env = make_env(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=n)), device)
+    returns = evaluate(make_policy(env, cfg, state), env, episodes, args.seed)
     env.close()
     std = float(returns.std()) if returns.numel() > 1 else 0.0
     print(
-        f"{cfg.task}: {args.episodes} episodes, return {float(returns.mean()):.2f} ± {std:.2f} "
+        f"{cfg.task}: {episodes} episodes, return {float(returns.mean()):.2f} ± {std:.2f} "
         f"(checkpoint {path}, iteration {manifest['iteration']})"
+    )
+    return returns
+
+
+def record(args: PlayArgs) -> torch.Tensor:
+    """One episode of one env, seeded ``args.seed``, rendered to ``args.video``; the return is
+    the one ``evaluate`` gives that env and seed (``before_step`` only reads the state)."""
+    from distrl import render
+
+    if args.episodes not in (None, 1) or args.num_envs not in (None, 1):
+        raise ValueError("--video records one episode of one env; drop --episodes/--num-envs")
+    if Path(args.video).suffix.lower() != ".mp4":
+        raise ValueError(f"--video writes an mp4 file; give a path ending in .mp4: {args.video}")
+    render.headless_gl()  # before anything imports mujoco
+    device = torch.device(args.device)
+    cfg, state, path, manifest = load(args.path, device)
+    env, frames = render.make_video_env(cfg.task, cfg.env.max_episode_steps, device)
+    with closing(env), closing(frames), closing(render.Mp4Writer(args.video, frames.fps)) as out:
+        policy = make_policy(env, cfg, state)
+        returns = evaluate(policy, env, 1, args.seed, lambda: out.write(frames.render()))
+    print(
+        f"{cfg.task}: video {args.video}, {out.frames} frames at {frames.fps:g} fps, "
+        f"return {float(returns[0]):.2f} (seed {args.seed}, checkpoint {path}, "
+        f"iteration {manifest['iteration']})"
     )
     return returns

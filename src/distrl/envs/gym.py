@@ -68,6 +68,8 @@ class GymVecEnv(VecEnv):
 
     ``seed`` seeds the first ``reset()`` when that call passes no seed of its own (Gymnasium seeds
     sub-env i with seed + i). ``max_episode_steps`` overrides the registered time limit.
+    ``render_mode`` is passed to every sub-env (``vector_env.render()`` then returns one frame
+    each); it runs them in a ``SyncVectorEnv`` unless ``vectorization_mode`` says otherwise.
     Non-flat Box observations are flattened to [N, obs_dim]. State cannot be saved: a resumed run
     starts fresh episodes.
     """
@@ -80,14 +82,17 @@ class GymVecEnv(VecEnv):
         max_episode_steps: int | None = None,
         seed: int | None = None,
         vectorization_mode: str | None = None,
+        render_mode: str | None = None,
     ) -> None:
         env_id = resolve_env_id(env_id)
         if vectorization_mode is None:
-            native = _native_resets_same_step(env_id)
+            native = render_mode is None and _native_resets_same_step(env_id)
             vectorization_mode = "vector_entry_point" if native else "sync"
         kwargs: dict[str, Any] = {}
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
+        if render_mode is not None:
+            kwargs["render_mode"] = render_mode
         vector_kwargs = {}
         if vectorization_mode in ("sync", "async"):
             vector_kwargs["autoreset_mode"] = AutoresetMode.SAME_STEP

@@ -79,6 +79,8 @@ class MujocoVecEnv(VecEnv):
     # Step each row with mj_step on a scratch MjData (for tasks that read mjData fields which no
     # state vector holds) instead of one mujoco.rollout call for the batch.
     steps_data = False
+    # mjvCamera fields of the video camera (distrl.render): Gymnasium v5's DEFAULT_CAMERA_CONFIG.
+    camera: dict[str, float] = {"distance": 4.0}
 
     def __init__(
         self,
@@ -382,6 +384,7 @@ class Hopper(_Planar):
 
     xml_file = "hopper.xml"
     frame_skip = 4
+    camera = {"distance": 3.0, "elevation": -20.0}
     healthy_z_range = (0.7, float("inf"))
     healthy_angle_range = (-0.2, 0.2)
     healthy_state_range = (-100.0, 100.0)
@@ -399,6 +402,7 @@ class Walker2d(_Planar):
 
     xml_file = "walker2d_v5.xml"
     frame_skip = 4
+    camera = {"distance": 4.0, "elevation": -20.0}
     healthy_z_range = (0.8, 2.0)
     healthy_angle_range = (-1.0, 1.0)
 

@@ -1,0 +1,212 @@
+"""Offscreen frames of one env, written to an mp4: what ``distrl play RUN --video out.mp4`` uses.
+
+Two kinds of task render:
+
+* the batched MuJoCo tasks (``halfcheetah``, ``hopper``, ``walker2d``, ``ant``): row 0's
+  ``qpos``/``qvel`` are copied into a scratch ``MjData`` and drawn by ``mujoco.Renderer`` at
+  Gymnasium's default 480x480, with a camera placed by the task's ``camera`` (Gymnasium v5's
+  ``DEFAULT_CAMERA_CONFIG``) that looks at the robot's centre of mass every frame;
+* ``gym:<Id>`` tasks whose Gymnasium env renders ``render_mode="rgb_array"`` (Gymnasium draws).
+
+Headless OpenGL: mujoco reads ``MUJOCO_GL`` once, when it is first imported, so ``headless_gl``
+must run before that. With no display and no ``MUJOCO_GL`` it picks ``egl``: Mesa's EGL renders on
+the CPU (llvmpipe) when there is no GPU; ``osmesa`` only when libOSMesa is there and libEGL is not.
+
+The mp4 is written by imageio-ffmpeg (the ``video`` extra), whose wheel bundles an ffmpeg binary.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import torch
+
+from distrl.envs.core import VecEnv
+
+if TYPE_CHECKING:
+    from distrl.envs.gym import GymVecEnv
+    from distrl.envs.mujoco import MujocoVecEnv
+
+VIDEO_SIZE = (480, 480)
+"""(height, width) of the MuJoCo tasks' frames: Gymnasium's MujocoEnv default."""
+
+INSTALL_VIDEO = "pip install -c constraints.txt -e '.[video]'"
+
+
+class RenderUnavailable(RuntimeError):
+    """Rendering failed to start; the message names the system packages and ``MUJOCO_GL``."""
+
+
+class Frames(Protocol):
+    """RGB frames of one env's current state, ``fps`` of them per second of its time."""
+
+    fps: float
+
+    def render(self) -> np.ndarray:
+        """[H, W, 3] uint8."""
+
+    def close(self) -> None: ...
+
+
+def headless_gl() -> None:
+    """Set ``MUJOCO_GL`` when there is no display and it is unset (a value you set is kept).
+
+    Must run before ``mujoco`` is imported (gymnasium's MuJoCo envs import it too).
+    """
+    no_display = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    if "MUJOCO_GL" not in os.environ and no_display:
+        only_osmesa = not ctypes.util.find_library("EGL") and ctypes.util.find_library("OSMesa")
+        os.environ["MUJOCO_GL"] = "osmesa" if only_osmesa else "egl"
+
+
+def _unavailable(error: Exception) -> RenderUnavailable:
+    backend = os.environ.get("MUJOCO_GL") or "glfw"
+    return RenderUnavailable(
+        f"could not render offscreen with MUJOCO_GL={backend} ({type(error).__name__}: {error}). "
+        f"When OpenGL fails to start without a display, install Mesa's EGL (Debian/Ubuntu: "
+        f"apt-get install libegl1 libegl-mesa0) for MUJOCO_GL=egl, or OSMesa (apt-get install "
+        f"libosmesa6) for MUJOCO_GL=osmesa; with a display, use MUJOCO_GL=glfw. Set MUJOCO_GL "
+        f"before Python starts: mujoco reads it once, when it is first imported."
+    )
+
+
+class MujocoFrames:
+    """Frames of row 0 of a batched MuJoCo env (``distrl.envs.mujoco.MujocoVecEnv``)."""
+
+    def __init__(self, env: MujocoVecEnv) -> None:
+        import mujoco
+
+        self.env = env
+        self.fps = 1.0 / env.dt
+        self._data = mujoco.MjData(env.model)
+        self._camera = mujoco.MjvCamera()  # a free camera: azimuth 90 looks at the robot's side
+        for name, value in env.camera.items():
+            setattr(self._camera, name, value)
+        try:
+            self._renderer = mujoco.Renderer(env.model, *VIDEO_SIZE)
+        except Exception as e:
+            raise _unavailable(e) from e
+
+    def render(self) -> np.ndarray:
+        """[H, W, 3] uint8 of the env's current state."""
+        import mujoco
+
+        m, d = self.env.model, self._data
+        d.qpos[:], d.qvel[:] = self.env.qpos[0], self.env.qvel[0]
+        mujoco.mj_forward(m, d)
+        # Follow the torso's subtree (the whole robot) exactly; MuJoCo's own tracking camera
+        # low-pass filters its target and falls metres behind a running cheetah.
+        self._camera.lookat[:] = d.subtree_com[1]
+        self._renderer.update_scene(d, self._camera)
+        return self._renderer.render()
+
+    def close(self) -> None:
+        self._renderer.close()  # before interpreter exit, where EGL teardown would raise
+
+
+class GymFrames:
+    """Frames of sub-env 0 of a ``GymVecEnv`` built with ``render_mode="rgb_array"``."""
+
+    def __init__(self, env: GymVecEnv) -> None:
+        self.env = env
+        self.fps = float(env.vector_env.metadata.get("render_fps") or 30)
+
+    def render(self) -> np.ndarray:
+        import gymnasium
+
+        try:
+            frame = self.env.vector_env.render()[0]
+        except gymnasium.error.DependencyNotInstalled as e:
+            raise ImportError(f"gym:{self.env.env_id} cannot render: {e}") from e
+        except Exception as e:
+            raise _unavailable(e) from e
+        if not isinstance(frame, np.ndarray) or frame.ndim != 3:
+            raise ValueError(f"gym:{self.env.env_id} rendered {type(frame).__name__}, not RGB")
+        return frame
+
+    def close(self) -> None:
+        """The env closes Gymnasium's renderer."""
+
+
+def _import_mujoco() -> None:
+    """Import mujoco now, if installed: it starts the ``MUJOCO_GL`` backend's libraries, whose
+    failure (e.g. osmesa without libOSMesa) would otherwise surface inside some env's import."""
+    try:
+        import mujoco  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "mujoco":
+            raise _unavailable(e) from e
+    except Exception as e:
+        raise _unavailable(e) from e
+
+
+def _is_mujoco(env: VecEnv) -> bool:
+    try:
+        from distrl.envs.mujoco import MujocoVecEnv
+    except ImportError:  # without the mujoco extra no env is a MuJoCo one
+        return False
+    return isinstance(env, MujocoVecEnv)
+
+
+def make_video_env(
+    task: str, max_episode_steps: int | None, device: torch.device
+) -> tuple[VecEnv, Frames]:
+    """One env of ``task`` that renders, and its frames (``MujocoFrames`` or ``GymFrames``).
+
+    Call ``headless_gl`` first. Raises ValueError for tasks without a renderer.
+    """
+    from distrl.envs.registry import GYM_PREFIX, get_task
+
+    _import_mujoco()
+    if task.startswith(GYM_PREFIX):
+        from distrl.envs.gym import GymVecEnv
+
+        env_id = task[len(GYM_PREFIX) :]
+        env = GymVecEnv(env_id, 1, device, max_episode_steps, render_mode="rgb_array")
+        return env, GymFrames(env)
+    env = get_task(task).make_env(1, device, max_episode_steps)
+    if _is_mujoco(env):
+        try:
+            return env, MujocoFrames(env)
+        except BaseException:
+            env.close()
+            raise
+    env.close()
+    raise ValueError(
+        f"task {task!r} has no renderer, so --video cannot record it; videos work for the MuJoCo "
+        f"tasks halfcheetah, hopper, walker2d and ant, and for gym:<Id> tasks whose Gymnasium env "
+        f"renders rgb_array (e.g. gym:CartPole-v1 or gym:Pendulum-v1: train one to record it)"
+    )
+
+
+class Mp4Writer:
+    """Streams RGB frames to an H.264 mp4 (the first frame fixes the size); ``frames`` counts."""
+
+    def __init__(self, path: str | Path, fps: float) -> None:
+        try:
+            import imageio_ffmpeg
+        except ImportError as e:
+            raise ImportError(f"writing an mp4 needs the video extra: {INSTALL_VIDEO}") from e
+        self._write_frames = imageio_ffmpeg.write_frames
+        self.path, self.fps, self.frames = Path(path), fps, 0
+        self._gen = None
+
+    def write(self, frame: np.ndarray) -> None:
+        if self._gen is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            height, width = frame.shape[:2]
+            # yuv420p needs even sizes: a block of 2 pads an odd side instead of rescaling.
+            self._gen = self._write_frames(
+                str(self.path), (width, height), fps=self.fps, macro_block_size=2
+            )
+            self._gen.send(None)
+        self._gen.send(np.ascontiguousarray(frame))
+        self.frames += 1
+
+    def close(self) -> None:
+        if self._gen is not None:
+            self._gen.close()

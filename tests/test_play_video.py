@@ -1,0 +1,87 @@
+"""`distrl play RUN --video out.mp4`: one deterministic episode rendered offscreen to an mp4.
+
+Training runs in this process; `play --video` runs in a fresh interpreter, as a user starts it,
+because mujoco reads MUJOCO_GL once, at its first import, and this process imported mujoco while
+collecting other tests: only a fresh process shows that `play` picks a headless backend itself.
+A machine without headless OpenGL skips, naming the system package (play's own error says it).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distrl.play import PlayArgs, play
+from tests.helpers import run_main, tiny_train_args
+
+imageio_ffmpeg = pytest.importorskip(
+    "imageio_ffmpeg", reason="needs the video extra: pip install -c constraints.txt -e '.[video]'"
+)
+pytest.importorskip("mujoco", reason="needs the mujoco extra (make setup-mujoco)")
+
+STEPS = 10  # episode length: neither HalfCheetah terminates, so every episode has 10 frames
+SEED = 7
+
+
+def _train(task: str, run_dir: Path, capsys) -> None:
+    args = tiny_train_args(4, num_steps=16, num_epochs=1, num_minibatches=2)
+    args += ["--agent.max-iterations", "2", "--env.max-episode-steps", str(STEPS)]
+    code, out, err = run_main(["train", task, *args, "--run-dir", str(run_dir)], capsys)
+    assert code == 0, out + err
+
+
+def _play_video(run_dir: Path, video: Path) -> str:
+    """stdout of `distrl play RUN --video VIDEO` in a new interpreter; skips without OpenGL."""
+    cmd = [sys.executable, "-m", "distrl.cli", "play", str(run_dir), "--video", str(video)]
+    proc = subprocess.run([*cmd, "--seed", str(SEED)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 and "could not render offscreen" in proc.stderr:
+        pytest.skip(proc.stderr.strip())  # names the package to install and MUJOCO_GL
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("task", ["halfcheetah", "gym:HalfCheetah-v5"])
+def test_video_is_one_episode_with_the_evaluated_return(task, tmp_path, capsys):
+    run_dir, video = tmp_path / "run", tmp_path / "out" / "episode.mp4"
+    _train(task, run_dir, capsys)
+
+    out = _play_video(run_dir, video)
+    m = re.search(r"video (\S+), (\d+) frames at 20 fps, return (-?[\d.]+) \(seed 7,", out)
+    assert m, out
+    assert m.group(1) == str(video) and int(m.group(2)) == STEPS
+
+    # a valid mp4 of exactly one frame per step of the episode
+    assert video.stat().st_size > 0
+    frames, seconds = imageio_ffmpeg.count_frames_and_secs(str(video))
+    assert frames == STEPS and seconds == pytest.approx(STEPS / 20, abs=0.06)
+    reader = imageio_ffmpeg.read_frames(str(video))
+    assert next(reader)["size"] == (480, 480)
+    reader.close()
+
+    # the printed return is what evaluating that env and seed gives, without rendering
+    returns = play(PlayArgs(str(run_dir), episodes=1, num_envs=1, seed=SEED))
+    assert m.group(3) == f"{float(returns[0]):.2f}"
+
+
+def test_tasks_without_a_renderer_are_refused_by_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MUJOCO_GL", raising=False)  # play sets it; restored after the test
+    run_dir = tmp_path / "run"
+    code, out, err = run_main(
+        ["train", "cartpole", *tiny_train_args(4), "--agent.max-iterations", "1"]
+        + ["--run-dir", str(run_dir)],
+        capsys,
+    )
+    assert code == 0, out + err
+    code, _, err = run_main(["play", str(run_dir), "--video", str(tmp_path / "v.mp4")], capsys)
+    assert code == 2
+    assert "'cartpole' has no renderer" in err and "halfcheetah" in err and "gym:" in err
+    assert not (tmp_path / "v.mp4").exists()
+
+    code, _, err = run_main(["play", str(run_dir), "--video", "v.mp4", "--episodes", "3"], capsys)
+    assert code == 2 and "one episode" in err
+    code, _, err = run_main(["play", str(run_dir), "--video", "v.gif"], capsys)
+    assert code == 2 and ".mp4" in err

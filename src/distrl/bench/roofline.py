@@ -66,8 +66,7 @@ class RooflineArgs:
     minibatches: int | None = None
     """Minibatches per epoch (default: the task's)."""
     extra: tuple[str, ...] = ()
-    """Extra `train` overrides, e.g. --extra="--policy.actor-hidden 128 128" (split like a
-    shell)."""
+    """Extra `train` overrides, split like a shell: --extra="--policy.actor-hidden 128 128"."""
     iterations: int = 10
     """Timed iterations per round (after one warm-up iteration)."""
     repeats: int = 3
@@ -343,28 +342,25 @@ def time_gemm(g: Gemm, device: torch.device, reps: int, target_s: float = 2e-3) 
 
 
 # ---- the env alone ---------------------------------------------------------------------------
-def env_stepper(cfg, device: torch.device, seed: int) -> Callable[[], float]:
-    """A fresh env of the configured size; each call times ``num_steps`` steps on random
-    actions (drawn before the clock starts)."""
-    from distrl.envs.registry import make_env
-
-    env = make_env(cfg, device)
+def env_stepper(env, num_steps: int, seed: int) -> Callable[[], float]:
+    """Each call times ``num_steps`` steps of ``env`` (a second env of the configured size, not
+    the runner's) on random actions, drawn before the clock starts."""
+    device, N, space = env.device, env.num_envs, env.action_space
     env.reset(seed=seed)
-    T, N, space = cfg.agent.num_steps, env.num_envs, env.action_space
     gen = torch.Generator(device=device).manual_seed(seed)
     sync = device_sync(device)
 
     def run() -> float:
         if space.discrete:
-            acts = torch.randint(space.n, (T, N), generator=gen, device=device)
+            acts = torch.randint(space.n, (num_steps, N), generator=gen, device=device)
         else:
             low = torch.tensor(space.low, device=device)
             high = torch.tensor(space.high, device=device)
-            u = torch.rand(T, N, len(space.low), generator=gen, device=device)
+            u = torch.rand(num_steps, N, len(space.low), generator=gen, device=device)
             acts = low + (high - low) * u
         sync()
         t0 = time.perf_counter()
-        for t in range(T):
+        for t in range(num_steps):
             env.step(acts[t])
         sync()
         return time.perf_counter() - t0
@@ -385,20 +381,25 @@ def roofline(a: RooflineArgs) -> dict[str, list[dict]]:
     cfg = train_config(a)
     out = common.out_dir(a.out, "roofline")
     ctx = context.init(cfg)
-    runner = OnPolicyRunner(cfg, make_strategy(cfg, ctx), make_env(cfg, ctx.device))
-    timer = instrument(runner)
-    calls, layers = trace_gemms(runner, timer)  # also the warm-up iteration
-    shapes = sorted({g for _, g in calls} | {Gemm(*REFERENCE)})
-    step_env = env_stepper(cfg, ctx.device, cfg.seed + 1)
-    step_env()  # warm-up
-    per_call: dict[Gemm, list[float]] = {g: [] for g in shapes}
-    env_times: list[float] = []
-    rounds: list[dict[str, float]] = []
-    for _ in range(a.repeats):
-        for g in shapes:
-            per_call[g] += time_gemm(g, ctx.device, a.gemm_reps)
-        env_times += [step_env() for _ in range(3)]
-        rounds.append(time_round(runner, timer, a.iterations))
+    env, probe = make_env(cfg, ctx.device), make_env(cfg, ctx.device)
+    try:
+        runner = OnPolicyRunner(cfg, make_strategy(cfg, ctx), env)
+        timer = instrument(runner)
+        calls, layers = trace_gemms(runner, timer)  # also the warm-up iteration
+        shapes = sorted({g for _, g in calls} | {Gemm(*REFERENCE)})
+        step_env = env_stepper(probe, cfg.agent.num_steps, cfg.seed + 1)
+        step_env()  # warm-up
+        per_call: dict[Gemm, list[float]] = {g: [] for g in shapes}
+        env_times: list[float] = []
+        rounds: list[dict[str, float]] = []
+        for _ in range(a.repeats):
+            for g in shapes:
+                per_call[g] += time_gemm(g, ctx.device, a.gemm_reps)
+            env_times += [step_env() for _ in range(3)]
+            rounds.append(time_round(runner, timer, a.iterations))
+    finally:
+        env.close()
+        probe.close()
 
     t_call = {g: statistics.median(ts) for g, ts in per_call.items()}
     rate = {g: g.flops / t / 1e9 for g, t in t_call.items()}

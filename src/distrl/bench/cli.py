@@ -12,6 +12,7 @@ from distrl.bench.broadcast import BroadcastArgs, broadcast
 from distrl.bench.comm import CommArgs, comm
 from distrl.bench.learn import LearnArgs, learn
 from distrl.bench.project import ProjectArgs, project_cmd
+from distrl.bench.roofline import RooflineArgs, roofline
 from distrl.bench.scaling import ScalingArgs, scaling
 from distrl.bench.solve import SolveArgs, solve
 from distrl.bench.straggler import StragglerArgs, straggler
@@ -27,6 +28,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   project      t_iter, speedup and efficiency projected to large world sizes
   straggler    allreduce vs parameter server (BSP, ASP, BAP), with and without a slow worker
   broadcast    learner -> actor weight sync: routing table vs naive vs dist.broadcast, GB/s
+  roofline     one iteration against the machine's matmul limit at its exact GEMM shapes, by phase
 """
 
 COMMANDS: dict[str, tuple[type, Callable]] = {
@@ -38,6 +40,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "project": (ProjectArgs, project_cmd),
     "straggler": (StragglerArgs, straggler),
     "broadcast": (BroadcastArgs, broadcast),
+    "roofline": (RooflineArgs, roofline),
 }
 """Benchmark name -> (its arguments, parsed by tyro; the function that runs it)."""
 

@@ -251,3 +251,44 @@ def broadcast(rows: list[dict], path: Path, title: str) -> None:
         ax.axis("off")
     fig.suptitle(title)
     _save(fig, path)
+
+
+def roofline(phases: list[dict], gemms: list[dict], path: Path, title: str) -> None:
+    """Left: one iteration measured vs its bounds (machine limit, shape-aware), stacked by
+    phase. Right: GFLOP/s of each GEMM shape against the peak and the reference GEMM."""
+    parts = [r for r in phases if r["phase"] != "iteration"]
+    fig, ax = plt.subplots(1, 2, figsize=(13, 5))
+    a = ax[0]
+    bars = [("measured", "measured_s"), ("bound\n(machine limit)", "bound_s")]
+    bars.append(("bound\n(shape-aware)", "shape_bound_s"))
+    bottom = [0.0] * len(bars)
+    for r in parts:
+        vals = [max(0.0, _num(r[key])) * 1e3 for _, key in bars]
+        if not any(vals):
+            continue
+        a.bar(range(len(bars)), vals, bottom=bottom, label=r["label"])
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    for i, b in enumerate(bottom):
+        a.text(i, b, f"{b:.1f}", ha="center", va="bottom")
+    a.set_xticks(range(len(bars)), [b[0] for b in bars])
+    a.set(ylabel="ms per iteration", title="one iteration: measured vs bound")
+    a.legend(fontsize=8)
+    a = ax[1]
+    shown = [r for r in gemms if r["phase"] != "reference"]
+    seen: dict[tuple, dict] = {}
+    for r in shown:  # one bar per distinct shape (a shape can serve several phases)
+        seen.setdefault((r["kind"], int(r["M"]), int(r["K"]), int(r["N"])), r)
+    labels = [f"{k} {m}×{kk}×{n}" for k, m, kk, n in seen]
+    a.bar(range(len(seen)), [_num(r["gflops"]) for r in seen.values()], color="tab:blue")
+    peak = max(_num(r["gflops"]) / _num(r["of_peak"]) for r in shown)
+    a.axhline(peak, color="k", ls="--", lw=0.8, label=f"peak of these shapes {peak:.1f}")
+    ref = next((r for r in gemms if r["phase"] == "reference"), None)
+    if ref is not None:
+        label = f"{ref['M']}×{ref['K']}×{ref['N']} reference {_num(ref['gflops']):.1f}"
+        a.axhline(_num(ref["gflops"]), color="tab:green", ls=":", label=label)
+    a.set_xticks(range(len(seen)), labels, rotation=60, ha="right", fontsize=7)
+    a.set(ylabel="GFLOP/s", title="GEMM rate per shape (kind M×K×N)")
+    a.set_ylim(0, 1.3 * max(peak, _num(ref["gflops"]) if ref else 0.0))
+    a.legend(fontsize=8, loc="upper left")
+    fig.suptitle(title, fontsize=10)
+    _save(fig, path)

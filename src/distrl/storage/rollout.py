@@ -22,7 +22,10 @@ class Batch:
         return self.obs.shape[0]
 
     def index(self, idx: torch.Tensor) -> Batch:
-        return Batch(*(getattr(self, f)[idx] for f in _FIELDS))
+        """Rows ``idx`` (1-D) of every field. ``index_select`` copies the same rows as ``t[idx]``
+        at about a third of the time on CPU (advanced indexing takes the general TensorIterator
+        path); the minibatch gathers were most of `bench roofline`'s "other" phase."""
+        return Batch(*(getattr(self, f).index_select(0, idx) for f in _FIELDS))
 
 
 _FIELDS = ("obs", "actions", "logprobs", "values", "advantages", "returns")

@@ -25,7 +25,8 @@ class _LinearTanh(torch.autograd.Function):
     On this CPU build aten::tanh is ~4x slower than sigmoid and was a third of the PPO update.
     The factor 2 is folded into the matmul (addmm with alpha = beta = 2), so the forward is one
     addmm and three in-place elementwise ops; the backward is exactly Linear + tanh's
-    (tanh_backward, two matmuls, a bias sum). Agrees with tanh to 2e-7 absolute."""
+    (tanh_backward, two matmuls, a bias sum; the weight's product transposed, which sums the
+    batch in another order for narrow inputs). Agrees with tanh to 2e-7 absolute."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -38,7 +39,9 @@ class _LinearTanh(torch.autograd.Function):
         x, weight, y = ctx.saved_tensors
         g = torch.ops.aten.tanh_backward(grad, y)  # dL/d(xW^T + b) = grad * (1 - y^2)
         grad_x = g @ weight if ctx.needs_input_grad[0] else None
-        return grad_x, g.t() @ x, g.sum(0)
+        # dL/dW = g^T x, computed as (x^T g)^T: MKL reduces over the batch far faster in this
+        # layout (8192 rows, 1 thread: 12x for 4 inputs, 1.5x for 64; `bench roofline`)
+        return grad_x, (x.t() @ g).t(), g.sum(0)
 
 
 class LinearTanh(nn.Linear):

@@ -8,7 +8,8 @@ matmul limit, phase by phase, all in one process.
    backward products: grad-weight gᵀ[n, m] @ x[m, k] and, when its input needs a gradient (not
    the first layer), grad-input g[m, n] @ W[n, k]. A changed architecture changes the list.
 2. **The machine's rate at those shapes.** Each distinct GEMM (kind, M, K, N) runs with
-   ``torch.addmm``/``torch.mm`` in the layout the update uses (Wᵀ and gᵀ as transposed views),
+   ``torch.addmm``/``torch.mm`` in the layouts the update uses (Wᵀ as a transposed view; grad-weight
+   as gᵀ @ x and as (xᵀ @ g)ᵀ, the faster counting),
    in a timed loop: warm-up, then the median per-call time of several repetitions.
 3. **Bounds.** The machine limit: every FLOP at the peak rate (the best GFLOP/s of the
    iteration's shapes). The shape-aware bound: each GEMM at its own shape's measured time. Env
@@ -304,23 +305,35 @@ def trace_gemms(runner, timer: PhaseTimer) -> tuple[Counter, dict]:
     return calls, layers
 
 
-def gemm_call(g: Gemm, device: torch.device) -> Callable[[], Any]:
-    """One call of ``g`` in the layout the update uses, into a preallocated output."""
+def gemm_calls(g: Gemm, device: torch.device) -> list[Callable[[], Any]]:
+    """Calls of ``g`` into a preallocated output, in each layout the update may use: one for
+    ``fwd`` and ``dgrad``; for ``wgrad`` both g.t() @ x (autograd's nn.Linear) and (x.t() @ g).t()
+    (LinearTanh's backward), since BLAS speed differs between them by up to 12x."""
     z = dict(device=device)
     out = torch.empty(g.M, g.N, **z)
     if g.kind == "fwd":  # nn.Linear / LinearTanh: addmm(bias, x, W.t())
         bias, x, w = torch.randn(g.N, **z), torch.randn(g.M, g.K, **z), torch.randn(g.N, g.K, **z)
-        return lambda: torch.addmm(bias, x, w.t(), out=out)
-    if g.kind == "wgrad":  # g.t() @ x: A is a transposed view
-        a, b = torch.randn(g.K, g.M, **z).t(), torch.randn(g.K, g.N, **z)
-    else:  # dgrad: g @ W, both contiguous
-        a, b = torch.randn(g.M, g.K, **z), torch.randn(g.K, g.N, **z)
-    return lambda: torch.mm(a, b, out=out)
+        return [lambda: torch.addmm(bias, x, w.t(), out=out)]
+    if g.kind == "wgrad":  # g [batch K, M], x [batch K, N]
+        grad, x = torch.randn(g.K, g.M, **z), torch.randn(g.K, g.N, **z)
+        out_t = torch.empty(g.N, g.M, **z)
+        return [
+            lambda: torch.mm(grad.t(), x, out=out),
+            lambda: torch.mm(x.t(), grad, out=out_t),
+        ]
+    a, b = torch.randn(g.M, g.K, **z), torch.randn(g.K, g.N, **z)  # dgrad: g @ W, contiguous
+    return [lambda: torch.mm(a, b, out=out)]
 
 
-def time_gemm(g: Gemm, device: torch.device, reps: int, target_s: float = 2e-3) -> list[float]:
-    """Per-call seconds of ``reps`` timed loops (each ~``target_s`` long), after a warm-up."""
-    call, sync = gemm_call(g, device), device_sync(device)
+def time_gemm(g: Gemm, device: torch.device, reps: int) -> list[float]:
+    """Per-call seconds of ``reps`` timed loops in the fastest of ``g``'s layouts."""
+    runs = [time_call(call, device, reps) for call in gemm_calls(g, device)]
+    return min(runs, key=statistics.median)
+
+
+def time_call(call: Callable[[], Any], device: torch.device, reps: int) -> list[float]:
+    """Per-call seconds of ``reps`` timed loops (each ~2 ms long), after a warm-up."""
+    target_s, sync = 2e-3, device_sync(device)
     for _ in range(3):
         call()
     sync()

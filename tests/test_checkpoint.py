@@ -32,7 +32,7 @@ from distrl.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from distrl.config import TrainConfig, to_dict
+from distrl.config import PolicyConfig, TrainConfig, to_dict
 
 
 def _meta(cfg: TrainConfig | None = None, world_size: int = 1) -> dict:
@@ -601,3 +601,18 @@ def test_cuda_rng_capture_restore(tmp_path):
     assert loaded["rng"]["cuda"], "CUDA RNG state was not captured"
     restore_rng_state(loaded["rng"])
     torch.testing.assert_close(first, torch.rand(5, device="cuda"), rtol=0, atol=0)
+
+
+def test_checkpoint_from_before_reward_scaling_still_resumes(tmp_path):
+    # a manifest written before policy.reward_normalization existed: its config lacks the field
+    cfg = TrainConfig()
+    old = json.loads(json.dumps(to_dict(cfg)))
+    del old["policy"]["reward_normalization"]
+    manifest = _manifest(tmp_path, cfg)
+    manifest["config"], manifest["config_hash"] = old, config_hash(old)
+    assert manifest["config_hash"] == config_hash(to_dict(cfg))
+    assert check_resume_compatible(manifest, to_dict(cfg), 2) == []
+    # turning it on changes what the value head predicts: refused, naming the field
+    scaled = dataclasses.replace(cfg, policy=PolicyConfig(reward_normalization=True))
+    with pytest.raises(CheckpointError, match="policy.reward_normalization: <missing> -> true"):
+        check_resume_compatible(manifest, to_dict(scaled), 2)

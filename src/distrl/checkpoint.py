@@ -26,6 +26,7 @@ writes), no logging (functions return what they skipped or noticed; the runner p
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import json
@@ -66,6 +67,11 @@ MUST_MATCH: tuple[str, ...] = (
 They are hashed into ``config_hash``. Every other field is safe to change on resume (e.g.
 ``agent.max_iterations``); ``check_resume_compatible`` reports such changes as notes.
 """
+
+LATER_FIELDS: dict[str, Any] = {"policy.reward_normalization": False}
+"""``MUST_MATCH`` fields added after checkpoints were first written, with the value that means
+what older checkpoints did: at that value they are left out of ``config_hash`` (and a manifest
+without them compares equal), so checkpoints from before the field existed still resume."""
 
 _IGNORED_ON_RESUME = ("resume",)
 """Fields whose change on resume is expected and not worth a note."""
@@ -469,13 +475,26 @@ def run_metadata(cfg_dict: dict, world_size: int, env_steps: int) -> dict:
     }
 
 
+def _without_later_defaults(cfg_dict: dict) -> dict:
+    """A copy without the ``LATER_FIELDS`` that hold their old-behaviour value."""
+    out = copy.deepcopy(cfg_dict)
+    for dotted, old in LATER_FIELDS.items():
+        *parents, leaf = dotted.split(".")
+        node = out
+        for p in parents:
+            node = node.get(p, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict) and node.get(leaf, old) == old:
+            node.pop(leaf, None)
+    return out
+
+
 def config_hash(cfg_dict: dict) -> str:
     """sha256 over the ``MUST_MATCH`` fields of a config dict (``config.to_dict``).
 
     JSON with sorted keys, tuples as lists, absent fields as null, so that the hash of a live
     config equals the hash of the same config read back from a manifest.
     """
-    cfg = _jsonable(cfg_dict)
+    cfg = _jsonable(_without_later_defaults(cfg_dict))
     picked = {}
     for name in MUST_MATCH:
         value = _get(cfg, name)
@@ -523,6 +542,8 @@ def check_resume_compatible(manifest: dict, cfg_dict: dict, world_size: int) -> 
         problems.append("manifest has no config_hash")
     elif saved_hash != config_hash(current):
         if isinstance(saved_cfg, dict):
+            saved_cfg = _without_later_defaults(saved_cfg)
+            current = _without_later_defaults(current)
             diffs = [
                 f"{f}: {_fmt(_get(saved_cfg, f))} -> {_fmt(_get(current, f))}"
                 for f in sorted(

@@ -147,7 +147,9 @@ def test_resume_with_reward_scaling_equals_uninterrupted_run(tmp_path):
     # pendulum's 200-step episodes span iterations: the per-env discounted return behind the
     # reward scale must come back from the checkpoint, or the resumed rewards differ
     def run(run_dir: Path, iterations: int, *extra: str) -> None:
+        # adaptive LR: pendulum's default linear decay would follow each run's max-iterations
         flags = [*SMALL, "--policy.reward-normalization", "True", "--agent.save-interval", "3"]
+        flags += ["--agent.lr-schedule", "adaptive"]
         flags += ["--agent.max-iterations", str(iterations), "--run-dir", str(run_dir)]
         run_training(parse_train_args(["pendulum", *flags, *extra]))
 

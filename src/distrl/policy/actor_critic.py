@@ -23,14 +23,16 @@ class _LinearTanh(torch.autograd.Function):
     """y = tanh(x W^T + b), computed as 2 sigmoid(2 (x W^T + b)) - 1.
 
     On this CPU build aten::tanh is ~4x slower than sigmoid and was a third of the PPO update.
-    The factor 2 is folded into the matmul (addmm with alpha = beta = 2), so the forward is one
-    addmm and three in-place elementwise ops; the backward is exactly Linear + tanh's
+    The factor 2 is folded into the matmul (addmm with alpha = 2 on a doubled bias), so the
+    forward is one addmm and three in-place elementwise ops; the backward is exactly Linear + tanh's
     (tanh_backward, two matmuls, a bias sum; the weight's product transposed, which sums the
     batch in another order for narrow inputs). Agrees with tanh to 2e-7 absolute."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        y = torch.addmm(bias, x, weight.t(), beta=2.0, alpha=2.0).sigmoid_().mul_(2.0).sub_(1.0)
+        # 2 * bias up front (exact) rather than beta=2: MKL then skips a scaling pass over the
+        # [rows, out] output, 15 % of this forward at 8192 x 64 (bitwise the same result)
+        y = torch.addmm(bias * 2.0, x, weight.t(), alpha=2.0).sigmoid_().mul_(2.0).sub_(1.0)
         ctx.save_for_backward(x, weight, y)
         return y
 

@@ -38,6 +38,12 @@ def _child(fn: Callable, rank: int, world: int, port: int, q: mp.Queue, args: tu
     except BaseException as e:  # report, then exit non-zero like a crashed rank would
         q.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         raise SystemExit(1) from None
+    # A finished rank leaves as `distrl train`'s ranks do (cli.py): flush, then os._exit(0),
+    # skipping C++ destructors, which under load sometimes abort (SIGABRT) after a clean
+    # shutdown (seen in a clean-clone `make test`: rank 1 exit -6 after returning its result).
+    q.close()
+    q.join_thread()
+    os._exit(0)
 
 
 def run_ranks(

@@ -68,9 +68,12 @@ SETTINGS = {
 
 
 class TimeToTarget(BaseCallback):
-    def __init__(self, target: float | None):
+    """Wall time and steps at the first rollout whose last-100-episode mean reaches ``target``;
+    with ``stop``, training ends there."""
+
+    def __init__(self, target: float | None, stop: bool = False):
         super().__init__()
-        self.target, self.start = target, 0.0
+        self.target, self.stop, self.start = target, stop, 0.0
         self.reached: tuple[float, int] | None = None
         self.last_return: float | None = None
 
@@ -78,7 +81,7 @@ class TimeToTarget(BaseCallback):
         self.start = time.perf_counter()
 
     def _on_step(self) -> bool:
-        return True
+        return not (self.stop and self.reached)
 
     def _on_rollout_end(self) -> None:
         buf = self.model.ep_info_buffer
@@ -103,9 +106,7 @@ def main() -> None:
     if s["normalize"]:
         env = VecNormalize(env, gamma=s["ppo"].get("gamma", 0.99))
     model = PPO("MlpPolicy", env, seed=a.seed, device="cpu", verbose=0, **s["ppo"])
-    cb = TimeToTarget(a.target)
-    if a.stop_at_target:  # stop as soon as the target is reached (time to target only)
-        cb._on_step = lambda: cb.reached is None
+    cb = TimeToTarget(a.target, stop=a.stop_at_target)
     t0 = time.perf_counter()
     model.learn(total_timesteps=a.steps, callback=cb)
     wall = time.perf_counter() - t0

@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import os
 import sys
+import traceback
 from pathlib import Path
 
 import tyro
@@ -130,7 +131,7 @@ def run_training(cfg: TrainConfig) -> dict:
     from distrl.telemetry import Telemetry
 
     ctx = context.init(cfg)
-    clean = False
+    clean = lost = False
     try:
         strategy = make_strategy(cfg, ctx)
         run_dir = Path(strategy.broadcast_object(str(cfg.run_dir or default_run_dir(cfg.task))))
@@ -199,8 +200,11 @@ def run_training(cfg: TrainConfig) -> dict:
         close()
         clean = True
         return final
+    except context.PeerFailure:
+        lost = True
+        raise
     finally:
-        context.shutdown(clean)
+        context.shutdown(clean, peer_lost=lost)
 
 
 def train_main(argv: list[str] | None = None) -> int:
@@ -219,16 +223,23 @@ def train_main(argv: list[str] | None = None) -> int:
         args = launch.strip_launch_flags(argv)
         args = ["train", *args, "--distributed", "True", "--run-dir", run_dir]
         return launch.launch(cfg.nproc, cfg.max_restarts, args)
-    run_training(cfg)
-    if launch.under_torchrun():
-        # Every file is closed and fsynced and the process group is destroyed. Under load, a
-        # rank was seen to abort (SIGABRT, "terminate called without an active exception") in
-        # C++ destructors during interpreter teardown, turning a finished run into a failed
-        # one for torchrun; leaving now skips those destructors.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    if not launch.under_torchrun():
+        run_training(cfg)
+        return 0
+    # A rank leaves with os._exit, skipping the C++ destructors of interpreter teardown: under
+    # load a finished rank was seen to abort there (SIGABRT, "terminate called without an
+    # active exception"), turning a finished run into a failed one for torchrun; and with a
+    # peer lost, the process group's teardown can block on that peer or abort. Every file is
+    # closed and fsynced by then.
+    code = 0
+    try:
+        run_training(cfg)
+    except (Exception, KeyboardInterrupt):
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def play_main(argv: list[str] | None = None) -> int:

@@ -31,19 +31,21 @@ def _child(fn: Callable, rank: int, world: int, port: int, q: mp.Queue, args: tu
     import torch
 
     torch.set_num_threads(1)
+    code = 0
     try:
         # plain pickle bytes: tensors would otherwise travel as shared memory that vanishes
         # when this process exits
         q.put((rank, "ok", pickle.dumps(fn(rank, world, *args))))
     except BaseException as e:  # report, then exit non-zero like a crashed rank would
         q.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
-        raise SystemExit(1) from None
-    # A finished rank leaves as `distrl train`'s ranks do (cli.py): flush, then os._exit(0),
-    # skipping C++ destructors, which under load sometimes abort (SIGABRT) after a clean
-    # shutdown (seen in a clean-clone `make test`: rank 1 exit -6 after returning its result).
+        code = 1
+    # A rank leaves as `distrl train`'s ranks do (cli.py): flush, then os._exit, skipping C++
+    # destructors, which under load sometimes abort (SIGABRT) after a clean shutdown (seen in
+    # a clean-clone `make test`: rank 1 exit -6 after returning its result), and after a lost
+    # peer can block or abort in the process group's teardown.
     q.close()
     q.join_thread()
-    os._exit(0)
+    os._exit(code)
 
 
 def run_ranks(

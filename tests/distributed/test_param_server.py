@@ -110,13 +110,13 @@ def test_a_lost_server_stops_every_worker_within_the_timeout(tmp_path, fault):
     timeout = 6.0
     dist = dict(strategy="ps-bsp", timeout=timeout)
     results, codes = ps(
-        tmp_path, dist, dict(max_iterations=100_000), dict(server=fault, after=2.0), timeout=45
+        tmp_path, dist, dict(max_iterations=100_000), dict(server=fault, after=2.0), timeout=30
     )
     t_fault = json.loads((tmp_path / "server_fault.json").read_text())["t"]
     for w in (1, 2):
-        # exit 1 from the error, or SIGABRT when Gloo's teardown meets the receiver thread still
-        # blocked in recv from the stopped server: a failure either way, after the report
-        assert codes[w] in (1, -6), (codes, results.get(w))
+        # exit 1 from the error; the process group is not torn down after a lost peer (that
+        # blocked or aborted with the server stopped)
+        assert codes[w] == 1, (codes, results.get(w))
         report = json.loads((tmp_path / f"worker{w}_error.json").read_text())
         assert report["type"] == "PeerFailure" and "rank 0" in report["error"], report
         assert report["t"] - t_fault < timeout + 5.0, report

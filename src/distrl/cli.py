@@ -88,15 +88,16 @@ def check_before_start(cfg: TrainConfig) -> None:
     if launching:
         world = local_world = cfg.nproc
     context.check_devices(cfg.device, local_world)
-    context.check_strategy(cfg, world)
-    if cfg.policy.reward_normalization:
-        from distrl.envs.registry import get_task
+    from distrl.distributed.strategies import check_strategy
+    from distrl.envs.registry import get_task
 
-        if get_task(cfg.task).suite is not None:
-            raise ValueError(
-                f"--policy.reward-normalization does not apply to {cfg.task}: its episodic RLOO "
-                f"runner scores whole episodes; leave it off"
-            )
+    episodic = get_task(cfg.task).suite is not None
+    check_strategy(cfg, world, episodic)
+    if cfg.policy.reward_normalization and episodic:
+        raise ValueError(
+            f"--policy.reward-normalization does not apply to {cfg.task}: its episodic RLOO "
+            f"runner scores whole episodes; leave it off"
+        )
     if cfg.resume is None:
         return
     if cfg.resume == "auto":
@@ -126,14 +127,16 @@ def run_training(cfg: TrainConfig) -> dict:
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import get_task, make_env
     from distrl.envs.slow import SlowEnv
+    from distrl.runner.base import Runner
     from distrl.runner.episodic import EpisodicRunner
     from distrl.runner.on_policy import OnPolicyRunner
     from distrl.telemetry import Telemetry
 
+    suite = get_task(cfg.task).suite  # episodic suites train with the RLOO runner
     ctx = context.init(cfg)
     clean = lost = False
     try:
-        strategy = make_strategy(cfg, ctx)
+        strategy = make_strategy(cfg, ctx, episodic=suite is not None)
         run_dir = Path(strategy.broadcast_object(str(cfg.run_dir or default_run_dir(cfg.task))))
         resume_path, skipped = None, []
         if cfg.resume:
@@ -149,7 +152,6 @@ def run_training(cfg: TrainConfig) -> dict:
             if kind == "error":
                 raise ckpt.CheckpointError(None, value)
             resume_path = Path(value) if value else None
-        suite = get_task(cfg.task).suite  # episodic suites train with the RLOO runner
         env = None if suite else make_env(cfg, ctx.device)
         if env is not None and cfg.dist.slowdown(ctx.rank) > 1.0:  # testing knob: a straggler
             env = SlowEnv(env, cfg.dist.slowdown(ctx.rank))
@@ -162,11 +164,13 @@ def run_training(cfg: TrainConfig) -> dict:
             progress=cfg.progress,
             enabled=ctx.is_main,
         ) as tel:
+            runner: Runner
             if suite:
                 runner = EpisodicRunner(cfg, strategy, suite, ctx.device, tel, run_dir)
             else:
+                assert env is not None
                 runner = OnPolicyRunner(cfg, strategy, env, tel, run_dir)
-            close = runner.close if env is None else env.close
+            close = runner.close
             tel.message(
                 f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {cfg.env.num_envs} envs "
                 f"on {ctx.device} ({ctx.backend or 'single process'}, strategy "

@@ -9,11 +9,13 @@ is the same for W=1 and W>1.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner
-from distrl.distributed.base import Roles
+from distrl.distributed.base import Roles, RunnerParts
 from distrl.distributed.collectives import Collectives
 
 
@@ -24,6 +26,10 @@ class AllReduceStrategy(Collectives):
     @property
     def num_collectors(self) -> int:
         return self.world_size
+
+    def run(self, runner: RunnerParts) -> dict[str, Any]:
+        """One role: collect and learn."""
+        return runner.train()
 
     def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Rank 0's parameters, buffers (normalizer) and optimizer state reach every rank as

@@ -1,9 +1,11 @@
 """The Strategy seam: the one object the runner talks to about anything that crosses processes.
 
-A strategy is chosen by ``--dist.strategy`` (``make_strategy`` in ``distributed/strategies.py``)
-and handed to the runner, which never builds one. It owns:
+A strategy is chosen by ``--dist.strategy`` (the ``STRATEGIES`` registry in
+``distributed/strategies.py``) and handed to the runner, which never builds one. It owns:
 
-- **roles**: whether this rank collects experience, learns, or serves parameters;
+- **roles and their loops**: whether this rank collects experience, learns, or serves
+  parameters, and ``run(runner)``, the loop each of its roles runs, composed from the runner's
+  shared parts (``RunnerParts``: one iteration, logging, checkpoints);
 - **step**: how one minibatch's local ``[grads | decision scalars]`` becomes new parameters
   (combine across ranks, let the learner decide skip / early stop / LR, take the step);
 - **agreed statistics**: ``reduce_stats`` sums and gathers named tensors in one collective;
@@ -12,32 +14,41 @@ and handed to the runner, which never builds one. It owns:
 - **liveness and time**: heartbeats, and the seconds spent inside collectives and waiting for
   peers (``take_times``).
 
+The algorithm (on-policy PPO with GAE, or episodic RLOO) is the other, independent axis: a
+``runner.base.Runner`` subclass. ``Strategy`` lists every member the runner and the CLI use,
+and mypy checks that each strategy class provides them (``tests/distributed/test_strategies``).
+
 Every collective goes through ``Collectives._timed`` (distributed/collectives.py), so each one is
 timed and a dead or stalled peer surfaces as a ``PeerFailure`` naming it.
 
-Where the strategies of the design plug in:
+Where the strategies plug in:
 
 =================  ==========================================  ================================
-strategy           roles                                       ``step``
+strategy           roles (``run``)                             ``step``
 =================  ==========================================  ================================
 ``allreduce``      every rank collects and learns              flat all-reduce, every rank
-                                                               decides from identical numbers
-``ps-*``           rank 0 serves; the others collect and       gradients to the server, which
-                   compute gradients                           decides and steps; params back
-``learner-actor``  ranks < L learn; the others only collect    all-reduce in the learners'
-                                                               group; weights to the actors
+                   (``runner.train()``)                        decides from identical numbers
+``ps-*``           rank 0 serves (``serve``); the others       gradients to the server, which
+                   collect and compute gradients               decides and steps; params back
+``learner-actor``  ranks < L learn from their actors'          all-reduce in the learners'
+                   rollouts; the others only collect           group; weights to the actors
 =================  ==========================================  ================================
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from distrl.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,9 @@ class Roles:
     """Computes advantages and gradients from a rollout."""
     server: bool = False
     """Holds the authoritative parameters and optimizer (parameter-server strategies)."""
+    remote_rollouts: int = 0
+    """A learner that does not collect: how many other ranks' rollouts it trains on per
+    iteration (learner-actor: its actors)."""
 
 
 @dataclass
@@ -62,8 +76,75 @@ class Agreed:
     """Each named tensor of every participating rank, stacked: [ranks, *shape] (float64)."""
 
 
+@dataclass(frozen=True)
+class StatsLayout:
+    """The named statistics one rank contributes to ``reduce_stats``, as one float64 row:
+    the ``sums`` fields (added up over ranks), then the ``gather`` fields (kept per rank).
+
+    One codec for every transport: the all-gather row of ``Collectives.reduce_stats``, the
+    parameter server's statistics message, and the server's own decoding of what its workers
+    sent (``RunnerParts.absorb_stats``) all pack and unpack through it, by name."""
+
+    sums: tuple[tuple[str, tuple[int, ...]], ...]
+    gather: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @classmethod
+    def of(
+        cls, sums: dict[str, torch.Tensor], gather: dict[str, torch.Tensor] | None = None
+    ) -> StatsLayout:
+        shape = lambda d: tuple((k, tuple(v.shape)) for k, v in d.items())  # noqa: E731
+        return cls(shape(sums), shape(gather or {}))
+
+    @staticmethod
+    def _numel(shape: tuple[int, ...]) -> int:
+        n = 1
+        for s in shape:
+            n *= s
+        return n
+
+    @property
+    def num_sums(self) -> int:
+        return sum(self._numel(s) for _, s in self.sums)
+
+    @property
+    def numel(self) -> int:
+        return self.num_sums + sum(self._numel(s) for _, s in self.gather)
+
+    def pack(
+        self, sums: dict[str, torch.Tensor], gather: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """[sums fields | gather fields] as one float64 row; raises if a field is missing or
+        has another shape than the layout names."""
+        gather = gather or {}
+        got = StatsLayout.of(sums, gather)
+        if got != self:
+            raise ValueError(f"statistics {got} do not match the layout {self}")
+        parts = [*sums.values(), *gather.values()]
+        return torch.cat([t.detach().reshape(-1).to(torch.float64) for t in parts])
+
+    def _split(
+        self, flat: torch.Tensor, fields: tuple[tuple[str, tuple[int, ...]], ...], lead: tuple
+    ) -> dict[str, torch.Tensor]:
+        out, offset = {}, 0
+        for name, shape in fields:
+            n = self._numel(shape)
+            out[name] = flat[..., offset : offset + n].reshape(*lead, *shape)
+            offset += n
+        return out
+
+    def unpack_sums(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The ``sums`` fields of a row (or of a summed row) by name."""
+        return self._split(flat[..., : self.num_sums], self.sums, flat.shape[:-1])
+
+    def unpack_gather(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The ``gather`` fields of a row [numel] or of stacked rows [ranks, numel] by name."""
+        return self._split(rows[..., self.num_sums :], self.gather, rows.shape[:-1])
+
+
 class Strategy(Protocol):
-    """What the runner needs from a way of training across processes (see module docstring)."""
+    """What the runner and the CLI need from a way of training across processes (see the
+    module docstring). Every member here is used outside the strategy's own module; nothing
+    else is."""
 
     name: str
     roles: Roles
@@ -80,21 +161,29 @@ class Strategy(Protocol):
     @property
     def num_collectors(self) -> int:
         """Ranks that collect experience (env steps per iteration count only these)."""
+        ...
 
     @property
     def measures_sync(self) -> bool:
         """Whether ``take_times``' sync figure is measured (else it is reported as null)."""
+        ...
 
     def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Make every rank's replica (parameters, buffers, optimizer state) equal rank 0's."""
 
+    def run(self, runner: RunnerParts) -> dict[str, Any]:
+        """This rank's whole training loop, for the roles it plays; returns the last record."""
+        ...
+
     def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision:
         """Turn this rank's ``[grads | scalars]`` of one minibatch into new parameters."""
+        ...
 
     def reduce_stats(
         self, sums: dict[str, torch.Tensor], gather: dict[str, torch.Tensor] | None = None
     ) -> Agreed:
         """Sum ``sums`` and stack ``gather`` over the participating ranks, in one collective."""
+        ...
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any: ...
 
@@ -110,6 +199,67 @@ class Strategy(Protocol):
 
     def take_times(self) -> tuple[float, float]:
         """(seconds inside collectives, seconds waiting for peers) since the last call."""
+        ...
 
     def finish(self) -> None:
         """This rank's training loop is over (a worker tells its server)."""
+
+
+class RunnerParts(Protocol):
+    """The shared runner parts a strategy's role loops are built from (``runner.base.Runner``
+    provides them for every algorithm); declared here so that ``distributed/`` never imports
+    ``runner/``."""
+
+    cfg: TrainConfig
+    iteration: int
+    wall_offset: float
+    policy: nn.Module
+
+    @property
+    def env_steps(self) -> int: ...
+
+    @property
+    def stats_layout(self) -> StatsLayout:
+        """The statistics each collecting rank contributes per iteration."""
+        ...
+
+    @property
+    def done(self) -> bool:
+        """Max iterations reached, or the algorithm's agreed early stop."""
+        ...
+
+    def train(self) -> dict[str, Any]:
+        """The loop of a rank that collects and learns: ``iterate()`` until done, then the
+        replica check and ``strategy.finish()``."""
+        ...
+
+    def iterate(self) -> dict[str, Any]:
+        """One whole iteration of a rank that collects and learns (logged, checkpointed when
+        due); returns its record."""
+        ...
+
+    def schedule_lr(self) -> None: ...
+
+    def absorb_stats(self, sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
+        """Server side: the summed ``sums`` row and each worker's whole row, as
+        ``stats_layout`` packs them; the runner merges what it keeps (normalizers, episodes)."""
+
+    def server_metrics(self) -> dict[str, Any]:
+        """Server side: the episode and value figures of what ``absorb_stats`` took in."""
+        ...
+
+    def rank_state(self) -> dict[str, Any]: ...
+
+    def save(self, wall_time: float, ranks: list[Any] | None = None) -> Path | None: ...
+
+    def checkpoint_due(self) -> bool: ...
+
+    def checkpoint(self, wall_time: float, skipped: int) -> None: ...
+
+    def wall_time(self) -> float:
+        """Seconds of training so far, a resumed run's earlier time included."""
+        ...
+
+    def log(self, record: dict[str, Any]) -> None: ...
+
+    def message(self, text: str) -> None: ...

@@ -38,7 +38,7 @@ import contextlib
 import datetime
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -47,7 +47,7 @@ from torch import nn
 from distrl.algorithms.ppo import GradientLearner
 from distrl.config import TrainConfig
 from distrl.distributed.allreduce import AllReduceStrategy
-from distrl.distributed.base import Roles
+from distrl.distributed.base import Roles, RunnerParts
 from distrl.distributed.collectives import Collectives
 from distrl.distributed.context import DistContext, PeerFailure, _store
 from distrl.distributed.param_server import (
@@ -125,6 +125,33 @@ def sync_numels(ppo: GradientLearner, policy: nn.Module) -> tuple[list[int], int
     return [p.numel() for p in ppo.params] + ([words] if words else []), words
 
 
+@runtime_checkable
+class OnPolicyParts(RunnerParts, Protocol):
+    """What the learner and actor loops need beyond the shared parts: an on-policy runner's
+    collector (a ``Collector`` on actors, ``RemoteRollouts`` on learners), its learner, and
+    its ``collect``/``learn_step``/``record``."""
+
+    collector: Any
+    learner: Any
+
+    @property
+    def steps_per_iteration(self) -> int: ...
+
+    def collect(self) -> None: ...
+
+    def learn_step(self) -> dict[str, Any]: ...
+
+    def record(
+        self,
+        t0: float,
+        metrics: dict[str, Any],
+        t_rollout: float | None,
+        comm: float,
+        sync: float,
+        steps: int,
+    ) -> dict[str, Any]: ...
+
+
 class LearnerActor(Collectives):
     name = "learner-actor"
 
@@ -139,10 +166,13 @@ class LearnerActor(Collectives):
         self.cfg, self.L = cfg, L
         self.learners, self.actors = list(range(L)), list(range(L, W))
         self.is_learner = ctx.rank < L
-        self.roles = Roles(collector=not self.is_learner, learner=self.is_learner)
         self.mine = [a for a in self.actors if (a - L) % L == ctx.rank]  # a learner's actors
         self.my_learner = (ctx.rank - L) % L
-        self.rollouts_per_learner = len(self.mine) if self.is_learner else 1
+        self.roles = Roles(
+            collector=not self.is_learner,
+            learner=self.is_learner,
+            remote_rollouts=len(self.mine) if self.is_learner else 0,
+        )
         self.seed_rank = ctx.rank if self.is_learner else ctx.rank - L
         self.lag_bound = cfg.dist.max_policy_lag if cfg.dist.sync == "async" else 0
         # Every rank creates every group, in the same order. Object collectives get a group of
@@ -198,10 +228,6 @@ class LearnerActor(Collectives):
         obs_dim = policy.normalizer.mean.numel()
         act = 1 if policy.discrete else policy.action_space.dim
         return RolloutCodec(self.cfg.agent.num_steps, self.cfg.env.num_envs, obs_dim, act)
-
-    def start(self, iteration: int) -> None:
-        """The loop starts (fresh or resumed) at ``iteration``: every rank holds that version."""
-        self.version = iteration
 
     # ---- the learners' collectives -------------------------------------------------------------
     # one all-reduce per minibatch among the learners (group = their new_group), as allreduce
@@ -455,6 +481,81 @@ class LearnerActor(Collectives):
             for r, s in d.items():
                 ranks[r] = s
         return ranks
+
+    # ---- the role loops ------------------------------------------------------------------------
+    def run(self, runner: RunnerParts) -> dict[str, Any]:
+        """Learners train on their actors' rollouts; actors collect and ship them."""
+        if not isinstance(runner, OnPolicyParts):
+            raise TypeError(
+                f"--dist.strategy learner-actor ships fixed-length rollouts: it runs on-policy "
+                f"PPO, not {type(runner).__name__}"
+            )
+        self.version = runner.iteration  # fresh or resumed: every rank holds that version
+        return self._learn(runner) if self.is_learner else self._act(runner)
+
+    def _learn(self, runner: OnPolicyParts) -> dict[str, Any]:
+        """Learner: one rollout from each of its actors, the update (all-reduce among the
+        learners), a checkpoint when due, then the new weights to the actors."""
+        rollouts = runner.collector
+        self.take_times()
+        record: dict[str, Any] = {}
+        while not runner.done:
+            self.heartbeat(runner.iteration)
+            runner.schedule_lr()
+            t0 = time.perf_counter()
+            self.receive_rollouts(rollouts)
+            runner.learner.num_envs = rollouts.buffer.num_envs
+            t_wait = time.perf_counter() - t0
+            metrics = runner.learn_step()
+            t_update = time.perf_counter() - t0 - t_wait
+            runner.iteration += 1
+            if runner.checkpoint_due():
+                ranks = self.learner_states(runner.iteration, runner.rank_state())
+                skipped = metrics.get("train/skipped_updates", 0)
+                if skipped:
+                    runner.checkpoint(0.0, skipped)  # says why it does not save
+                elif self.is_main:  # the states were gathered to rank 0 among the learners
+                    runner.save(runner.wall_time(), ranks)
+            self.push_weights()
+            comm, _ = self.take_times()
+            extra = self.take_metrics()
+            for text in extra.pop("messages", []):
+                runner.message(text)
+            t_rollout = metrics.get("time/rollout_max")
+            steps = runner.steps_per_iteration
+            record = runner.record(t0, metrics, t_rollout, comm, 0.0, steps) | extra
+            record["time/learn"] = t_update - comm
+            runner.log(record)
+        self.verify_replicas(runner.policy)
+        self.finish()
+        return record
+
+    def _act(self, runner: OnPolicyParts) -> dict[str, Any]:
+        """Actor: wait for new enough weights, collect, send the rollout (and, when a checkpoint
+        is due, this rank's state) to its learner."""
+        collector = runner.collector
+        record: dict[str, Any] = {}
+        while not runner.done:
+            self.heartbeat(runner.iteration)
+            t0 = time.perf_counter()
+            self.await_weights(runner.iteration - self.lag_bound)
+            t1 = time.perf_counter()
+            runner.collect()
+            collector.episode_window(runner.iteration)
+            t_rollout = time.perf_counter() - t1
+            self.send_rollout(collector, runner.iteration, t_rollout)
+            runner.iteration += 1
+            if runner.checkpoint_due():
+                self.send_state(runner.iteration, runner.rank_state())
+            record = {
+                "iteration": runner.iteration,
+                "dist/version": self.version,
+                "time/weight_wait": t1 - t0,
+                "time/rollout": t_rollout,
+            }
+            runner.log(record)  # non-main ranks log nothing; hooks see every rank
+        self.finish()  # the final weights arrive here
+        return record | {"dist/version": self.version}
 
     # ---- metrics -----------------------------------------------------------------------------
     def _fresh(self) -> dict[str, Any]:

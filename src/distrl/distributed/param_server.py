@@ -54,7 +54,7 @@ from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner
 from distrl.config import TrainConfig
-from distrl.distributed.base import Agreed, Roles
+from distrl.distributed.base import Agreed, Roles, RunnerParts, StatsLayout
 from distrl.distributed.collectives import Collectives
 from distrl.distributed.context import DistContext, PeerFailure
 
@@ -342,18 +342,14 @@ class ParameterServer(Collectives):
         gather = gather or {}
         self.stop_seen = False
         self.iteration_first_round = self.rounds_sent
-        sums_row = torch.cat([t.detach().reshape(-1).to(torch.float64) for t in sums.values()])
-        gather_row = torch.cat([t.detach().reshape(-1).to(torch.float64) for t in gather.values()])
-        payload = pack64(torch.cat([sums_row, gather_row]))
-        self._up(STATS, payload, iteration=self._iteration, nsums=sums_row.numel())
+        layout = StatsLayout.of(sums, gather)
+        row = layout.pack(sums, gather)
+        self._up(STATS, pack64(row), iteration=self._iteration, nsums=layout.num_sums)
         _, reply = self._receive(STATS_REPLY)
-        total = unpack64(reply[: 2 * sums_row.numel()])
-        out, offset = Agreed(), 0
-        for name, t in sums.items():
-            out.sums[name] = total[offset : offset + t.numel()].view(t.shape).to(t.device)
-            offset += t.numel()
-        for name, t in gather.items():
-            out.gathered[name] = t.detach().to(torch.float64).unsqueeze(0)
+        total = unpack64(reply[: 2 * layout.num_sums])
+        device = next(iter(sums.values())).device
+        out = Agreed(sums={k: v.to(device) for k, v in layout.unpack_sums(total).items()})
+        out.gathered = {k: v.unsqueeze(0) for k, v in layout.unpack_gather(row).items()}
         return out
 
     def heartbeat(self, iteration: int) -> None:
@@ -375,16 +371,60 @@ class ParameterServer(Collectives):
         self._up(DONE, torch.zeros(1), iteration=self._iteration + 1)
         self._receive(BYE)
 
-    # ---- server side -------------------------------------------------------------------------
+    # ---- the role loops ------------------------------------------------------------------------
+    def run(self, runner: RunnerParts) -> dict[str, Any]:
+        """Workers collect and learn as under allreduce; the server serves."""
+        return self._serve(runner) if self.roles.server else runner.train()
+
+    def _serve(self, runner: RunnerParts) -> dict[str, Any]:
+        """The server role: apply what the workers send until they finish; one record per
+        iteration that every live worker completed; checkpoints when every live worker's state
+        has arrived."""
+        per_worker = self.cfg.agent.num_steps * self.cfg.env.num_envs
+        last_steps = runner.env_steps
+
+        def on_stats(sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
+            runner.absorb_stats(sums, rows)
+
+        record: dict[str, Any] = {}
+        for event in self.serve(on_stats, runner.iteration):
+            if event.kind == "checkpoint":
+                ranks = [event.states.get(r, {}) for r in range(self.world_size)]
+                runner.iteration = max(runner.iteration, event.iteration)
+                runner.save(runner.wall_time(), ranks)
+                continue
+            m = event.metrics
+            for text in m.pop("messages", []):
+                runner.message(text)
+            runner.iteration = event.iteration
+            runner.schedule_lr()
+            steps = sum(m.pop("worker_iterations").values()) * per_worker
+            t_iter = m.pop("time/iteration")
+            record = {
+                "iteration": runner.iteration,
+                "env_steps": steps,
+                "wall_time": runner.wall_time(),
+                "perf/sps": (steps - last_steps) / max(t_iter, 1e-9),
+                "time/iteration": t_iter,
+                **runner.server_metrics(),
+                "time/learn": t_iter - m["dist/server_wait"],
+                "time/comm": m["dist/server_wait"],
+                "time/sync": None,
+                **m,
+            }
+            last_steps = steps
+            runner.log(record)
+        return record
+
     def serve(
         self,
-        on_stats: Callable[[torch.Tensor, dict[int, torch.Tensor], int], None],
+        on_stats: Callable[[torch.Tensor, dict[int, torch.Tensor]], None],
         start_iteration: int = 0,
     ) -> Iterator[ServerEvent]:
         """The server loop; yields an event per completed iteration and per checkpoint.
 
-        ``on_stats(summed_sums, {worker: gathered row}, nsums)`` lets the runner merge the
-        normalizer and keep episode windows."""
+        ``on_stats(summed sums, {worker: its whole statistics row})`` lets the runner merge the
+        normalizer and keep episode windows (``RunnerParts.absorb_stats``)."""
         return _ServerLoop(self, on_stats, start_iteration).run()
 
 
@@ -556,7 +596,7 @@ class _ServerLoop:
             self._maybe_reply_stats()
             return
         sums = row[:nsums]
-        self.on_stats(sums, {worker: row[nsums:]}, nsums)
+        self.on_stats(sums, {worker: row})
         for w in self.live:
             self.pending[w] = self.pending[w] + sums if w in self.pending else sums.clone()
         reply, self.pending[worker] = self.pending[worker], torch.zeros_like(sums)
@@ -571,7 +611,7 @@ class _ServerLoop:
         total = self.stats_round[workers[0]][0][:nsums].clone()
         for w in workers[1:]:
             total += self.stats_round[w][0][:nsums]
-        self.on_stats(total, {w: self.stats_round[w][0][nsums:] for w in workers}, nsums)
+        self.on_stats(total, {w: self.stats_round[w][0] for w in workers})
         for w in workers:
             self.ps._down(w, STATS_REPLY, pack64(total))
         self.stats_round = {}

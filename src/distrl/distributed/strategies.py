@@ -1,40 +1,123 @@
-"""``--dist.strategy`` name -> strategy; the runner is handed the result and never builds one."""
+"""``--dist.strategy`` name -> strategy; the runner is handed the result and never builds one.
+
+Adding a strategy is a class in its own file (the ``Strategy`` protocol of
+``distributed/base.py``: its roles, ``run`` for their loops, ``step``, ``reduce_stats``; most
+inherit the timed collectives of ``Collectives``) plus one ``STRATEGIES`` line naming how to
+build it, which ``--dist`` options only it reads, and which algorithms it cannot run (with the
+reason). ``tests/distributed/test_strategies.py`` adds one that way.
+
+``check_strategy`` runs before any process group exists (``distrl train`` checks it before
+torchrun starts, ``make_strategy`` again inside each rank): a strategy given options that only
+another strategy reads, or paired with an algorithm it cannot run, is refused with the reason.
+"""
 
 from __future__ import annotations
 
-from distrl.config import TrainConfig
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from distrl.config import DistConfig, TrainConfig
+from distrl.distributed import context
 from distrl.distributed.allreduce import AllReduceStrategy
 from distrl.distributed.base import Strategy
 from distrl.distributed.context import DistContext
 from distrl.distributed.learner_actor import LearnerActor
 from distrl.distributed.param_server import ParameterServer
 
+ON_POLICY, EPISODIC = "on-policy PPO", "episodic RLOO"
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    build: Callable[[DistContext, TrainConfig], Strategy]
+    options: tuple[str, ...] = ()
+    """``--dist`` fields (dotted below ``dist``) that only this strategy reads."""
+    refuses: tuple[tuple[str, str], ...] = ()
+    """(algorithm, why) pairs this strategy cannot run."""
+
+
+_EPISODIC_PS = (
+    EPISODIC,
+    "the parameter server's workers each train one task shard and weight their gradients by "
+    "every worker's kept-episode counts, which its asynchronous rounds do not agree on; use "
+    "--dist.strategy allreduce",
+)
+_EPISODIC_LA = (
+    EPISODIC,
+    "its actors ship fixed-length rollouts to the learners, and episodic batches are whole "
+    "episodes of varying length per task; use --dist.strategy allreduce",
+)
+
 
 def _allreduce(ctx: DistContext, cfg: TrainConfig) -> Strategy:
     return AllReduceStrategy(ctx, profile_sync=cfg.dist.profile_sync, timeout=cfg.dist.timeout)
 
 
-def _ps(mode: str):
+def _ps(mode: str) -> Callable[[DistContext, TrainConfig], Strategy]:
     def build(ctx: DistContext, cfg: TrainConfig) -> Strategy:
         return ParameterServer(ctx, cfg, mode)
 
     return build
 
 
-STRATEGIES = {
-    "allreduce": _allreduce,
-    "ps-bsp": _ps("bsp"),
-    "ps-asp": _ps("asp"),
-    "ps-bap": _ps("bap"),
-    "learner-actor": lambda ctx, cfg: LearnerActor(ctx, cfg),
+STRATEGIES: dict[str, StrategySpec] = {
+    "allreduce": StrategySpec(_allreduce, options=("profile_sync",)),
+    "ps-bsp": StrategySpec(_ps("bsp"), refuses=(_EPISODIC_PS,)),
+    "ps-asp": StrategySpec(_ps("asp"), ("ps.staleness_lr",), refuses=(_EPISODIC_PS,)),
+    "ps-bap": StrategySpec(_ps("bap"), ("ps.staleness", "ps.lifetime"), (_EPISODIC_PS,)),
+    "learner-actor": StrategySpec(
+        LearnerActor, ("learners", "sync", "max_policy_lag"), refuses=(_EPISODIC_LA,)
+    ),
 }
 
 
-def make_strategy(cfg: TrainConfig, ctx: DistContext) -> Strategy:
-    try:
-        build = STRATEGIES[cfg.dist.strategy]
-    except KeyError:
+def _get(cfg: DistConfig, dotted: str) -> object:
+    value: object = cfg
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def check_strategy(cfg: TrainConfig, world_size: int, episodic: bool = False) -> None:
+    """Refuse, naming why, an unknown strategy, one with too few processes, another strategy's
+    options, or an algorithm this strategy cannot run (``episodic``: the task has an episodic
+    suite and trains with RLOO). Raises ValueError."""
+    name = cfg.dist.strategy
+    spec = STRATEGIES.get(name)
+    if spec is None:
+        raise ValueError(f"--dist.strategy {name!r} is not one of {sorted(STRATEGIES)}")
+    defaults = DistConfig()
+    foreign = [
+        (opt, other)
+        for other, s in STRATEGIES.items()
+        if other != name
+        for opt in s.options
+        if opt not in spec.options and _get(cfg.dist, opt) != _get(defaults, opt)
+    ]
+    if foreign:
+        given = ", ".join(
+            f"--dist.{opt.replace('_', '-')} {_get(cfg.dist, opt)!r} (read by {other})"
+            for opt, other in foreign
+        )
         raise ValueError(
-            f"--dist.strategy {cfg.dist.strategy!r} is not one of {sorted(STRATEGIES)}"
-        ) from None
-    return build(ctx, cfg)
+            f"--dist.strategy {name} does not read {given}; drop the option or pick the "
+            f"strategy that reads it"
+        )
+    if name == "learner-actor" and cfg.dist.sync != "async" and cfg.dist.max_policy_lag != 2:
+        raise ValueError(
+            f"--dist.max-policy-lag {cfg.dist.max_policy_lag} is read only with --dist.sync "
+            f"async (on-policy actors always wait for the newest weights); add --dist.sync async"
+        )
+    algorithm = EPISODIC if episodic else ON_POLICY
+    for refused, why in spec.refuses:
+        if refused == algorithm:
+            raise ValueError(
+                f"{cfg.task} trains with {algorithm}, which --dist.strategy {name} cannot run: "
+                f"{why}"
+            )
+    context.check_strategy(cfg, world_size)
+
+
+def make_strategy(cfg: TrainConfig, ctx: DistContext, episodic: bool = False) -> Strategy:
+    check_strategy(cfg, ctx.world_size if ctx.distributed else 1, episodic)
+    return STRATEGIES[cfg.dist.strategy].build(ctx, cfg)

@@ -23,25 +23,21 @@ optimizer step anywhere (Adam would otherwise move on its momentum).
 from __future__ import annotations
 
 import math
-import random
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from distrl import checkpoint as ckpt
 from distrl.algorithms.ppo import PPO
 from distrl.algorithms.rloo import EpisodeAdvantages, rloo_advantages, rloo_policy_loss
-from distrl.config import TrainConfig, to_dict
-from distrl.distributed.base import Strategy
-from distrl.distributed.context import rank_seed
+from distrl.config import TrainConfig
+from distrl.distributed.base import StatsLayout, Strategy
 from distrl.distributed.sharding import TaskSchedule, gradient_weights, task_shard
 from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.policy import ActorCritic, Moments
-from distrl.runner.hooks import HOOKS, Hooks
-from distrl.runner.on_policy import OnPolicyRunner
+from distrl.runner.base import Runner
+from distrl.runner.hooks import Hooks
 from distrl.storage.episodes import EpisodeBatch, collect_episodes
 from distrl.telemetry import Telemetry
 
@@ -49,7 +45,7 @@ from distrl.telemetry import Telemetry
 ROW = ("task", "episodes", "successes", "return_sum", "kept", "dropped_groups", "env_steps")
 
 
-class EpisodicRunner:
+class EpisodicRunner(Runner):
     def __init__(
         self,
         cfg: TrainConfig,
@@ -60,14 +56,8 @@ class EpisodicRunner:
         run_dir: Path | None = None,
         hooks: list[Hooks] | None = None,
     ):
-        self.cfg, self.strategy, self.mt = cfg, strategy, cfg.multitask
-        self.tel = telemetry or Telemetry()
-        self.run_dir = run_dir
-        self.hooks = [*HOOKS, *(hooks or [])]
-        self.seed = rank_seed(cfg.seed, strategy.rank)
-        torch.manual_seed(self.seed)
-        random.seed(self.seed)
-        np.random.seed(self.seed % 2**32)
+        super().__init__(cfg, strategy, telemetry, run_dir, hooks)
+        self.mt = cfg.multitask
         self.task_names = suite.select(self.mt.tasks)
         T, W = len(self.task_names), strategy.world_size
         shard = task_shard(strategy.rank, T, W)
@@ -82,9 +72,7 @@ class EpisodicRunner:
         self.ppo = PPO(self.policy, cfg.agent)
         # Rank-local: each rank shuffles its own (differently sized) set of kept steps.
         self.shuffle_gen = torch.Generator().manual_seed(self.seed)
-        self.iteration = 0
-        self.env_steps = 0
-        self.wall_offset = 0.0
+        self._env_steps = 0
         self.streak = 0  # iterations in a row at or above early_stop_success
         self.task_success = torch.full((T,), math.nan, dtype=torch.float64)  # latest, global
         self.task: int | None = None  # the current iteration's task and episodes (hooks read them)
@@ -92,7 +80,7 @@ class EpisodicRunner:
         strategy.setup(self.policy, self.ppo)
 
     # ---- one iteration ----------------------------------------------------------------------
-    def collect(self) -> tuple[int, EpisodeBatch]:
+    def collect(self) -> None:
         """This iteration's task and exactly ``data_batch_size`` episodes of it."""
         task, init = self.schedule.next(self.mt.init_states_per_iteration)
         # The env's own randomness is a function of (seed, iteration): nothing to checkpoint.
@@ -102,11 +90,22 @@ class EpisodicRunner:
             actions, logp, _ = self.policy.act(obs)
             return actions, logp
 
-        batch = collect_episodes(self.envs[task], act, init, self.mt.group_size, env_seed)
-        return task, batch
+        self.task = task
+        self.batch = collect_episodes(self.envs[task], act, init, self.mt.group_size, env_seed)
 
-    def learn_step(self, task: int, batch: EpisodeBatch) -> dict[str, Any]:
+    @property
+    def env_steps(self) -> int:
+        return self._env_steps
+
+    @property
+    def stats_layout(self) -> StatsLayout:
+        obs = 1 + 2 * self.policy.normalizer.mean.numel()  # Moments.to_flat
+        return StatsLayout((("obs", (obs,)),), (("rank", (len(ROW),)),))
+
+    def learn_step(self) -> dict[str, Any]:
         """RLOO advantages, the agreed counts, the weighted PPO-clip epochs, the normalizer."""
+        assert self.task is not None and self.batch is not None, "collect() first"
+        task, batch = self.task, self.batch
         for h in self.hooks:
             h.before_update(self)
         mt = self.mt
@@ -200,7 +199,7 @@ class EpisodicRunner:
         self.streak = (
             self.streak + 1 if target is not None and suite is not None and suite >= target else 0
         )
-        self.env_steps += int(col["env_steps"].sum())
+        self._env_steps += int(col["env_steps"].sum())
         return {
             "success": float(col["successes"].sum()) / episodes,
             "success/suite": suite,
@@ -226,84 +225,30 @@ class EpisodicRunner:
             "shuffle_rng": self.shuffle_gen.get_state(),
         }
 
-    def save(self, wall_time: float) -> Path | None:
-        ranks = self.strategy.gather_object(self.rank_state())
-        if not self.strategy.is_main or self.run_dir is None:
-            return None
-        state = {
-            "policy": self.policy.state_dict(),
-            "ppo": self.ppo.state_dict(),
-            "iteration": self.iteration,
-            "env_steps": self.env_steps,
-            "wall_time": wall_time,
-            "streak": self.streak,
-            "task_success": self.task_success.clone(),
-            "ranks": ranks,
-        }
-        meta = ckpt.run_metadata(to_dict(self.cfg), self.strategy.world_size, self.env_steps)
-        return ckpt.save_checkpoint(self.run_dir / "checkpoints", self.iteration, state, meta)
-
-    def load(self, path: Path) -> list[str]:
-        state, manifest = ckpt.load_checkpoint(path, map_location="cpu")
-        notes = ckpt.check_resume_compatible(manifest, to_dict(self.cfg), self.strategy.world_size)
-        self.policy.load_state_dict(state["policy"])
-        self.ppo.load_state_dict(state["ppo"])
-        self.iteration = int(state["iteration"])
-        self.env_steps = int(state["env_steps"])
-        self.wall_offset = float(state["wall_time"])
-        self.streak = int(state["streak"])
-        self.task_success = state["task_success"].clone()
-        mine = state["ranks"][self.strategy.rank]
+    def load_rank_state(self, mine: dict[str, Any]) -> None:
         self.schedule.load_state_dict(mine["schedule"])
         ckpt.restore_rng_state(mine["rng"])
         self.shuffle_gen.set_state(mine["shuffle_rng"])
-        return notes
 
-    # ---- the loop -------------------------------------------------------------------------
-    def learn(self) -> dict[str, Any]:
-        cfg, strategy = self.cfg, self.strategy
-        max_it = cfg.agent.max_iterations
-        start = time.perf_counter() - self.wall_offset
-        record: dict[str, Any] = {}
-        strategy.take_times()
-        while self.iteration < max_it and not self.stop_early:
-            strategy.heartbeat(self.iteration)
-            self.ppo.schedule_lr(self.iteration)
-            t0 = time.perf_counter()
-            self.task, self.batch = self.collect()
-            t_rollout = time.perf_counter() - t0
-            steps_before = self.env_steps
-            metrics = self.learn_step(self.task, self.batch)
-            comm, sync = strategy.take_times()
-            self.iteration += 1
-            now = time.perf_counter()
-            t_iter = now - t0
-            record = {
-                "iteration": self.iteration,
-                "env_steps": self.env_steps,
-                "wall_time": now - start,
-                "perf/sps": (self.env_steps - steps_before) / t_iter,
-                "time/iteration": t_iter,
-                "time/rollout": t_rollout,
-                "time/learn": now - t0 - t_rollout - comm - sync,
-                "time/comm": comm,
-                "time/sync": sync if strategy.measures_sync else None,
-                **metrics,
-            }
-            self.tel.log(record)
-            done = self.iteration == max_it or self.stop_early
-            if self.iteration % cfg.agent.save_interval == 0 or done:
-                self._checkpoint(record["wall_time"], metrics.get("train/skipped_updates", 0))
+    def algorithm_state(self) -> dict[str, Any]:
+        return {
+            "ppo": self.ppo.state_dict(),
+            "streak": self.streak,
+            "task_success": self.task_success.clone(),
+        }
+
+    def load_algorithm_state(self, state: dict[str, Any]) -> None:
+        self.ppo.load_state_dict(state["ppo"])
+        self._env_steps = int(state["env_steps"])
+        self.streak = int(state["streak"])
+        self.task_success = state["task_success"].clone()
+
+    def finished(self) -> None:
         if self.stop_early:
             self.tel.message(
                 f"early stop: suite success >= {self.mt.early_stop_success} for "
                 f"{self.streak} iterations (iteration {self.iteration})"
             )
-        strategy.verify_replicas(self.policy)
-        return record
-
-    # Save unless updates were skipped for NaN/Inf (a global decision: every rank agrees).
-    _checkpoint = OnPolicyRunner._checkpoint
 
     def close(self) -> None:
         for env in self.envs.values():

@@ -1,0 +1,253 @@
+"""The runner skeleton every algorithm shares: seeding, the iteration of a rank that collects
+and learns, its record, logging, hooks and checkpoints. ``learn()`` hands the rank to its
+strategy (``strategy.run(self)``), whose role loops are built from these parts; the strategy is
+handed in and never built here.
+
+The algorithm is the other plug-in axis: a subclass supplies what one iteration collects and
+how it learns from it (``OnPolicyRunner``: PPO with GAE over fixed-length rollouts;
+``EpisodicRunner``: multi-task RLOO over exact episode counts), its statistics layout, and what
+it adds to a checkpoint. Neither axis knows the other: any algorithm runs under any strategy
+that ``distributed/strategies.check_strategy`` does not refuse.
+
+    def iterate(self):                          # one iteration of a collecting learner
+        strategy.heartbeat(it); schedule_lr()
+        collect()                               # algorithm: rollout or episodes
+        metrics = learn_step()                  # algorithm: advantages, agreed stats, update
+        record = ...; log(record); checkpoint when due
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from distrl import checkpoint as ckpt
+from distrl.algorithms.ppo import PPO
+from distrl.config import TrainConfig, to_dict
+from distrl.distributed.base import StatsLayout, Strategy
+from distrl.distributed.context import rank_seed
+from distrl.policy import ActorCritic
+from distrl.runner.hooks import HOOKS, Hooks
+from distrl.telemetry import Telemetry
+
+
+def seed_everything(seed: int) -> None:
+    """torch, numpy and ``random``: nothing here draws from the last two, but checkpoints
+    capture their state, so two runs with one seed write identical checkpoints."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+class Runner(ABC):
+    """The shared parts (``distributed.base.RunnerParts``); subclasses are the algorithms."""
+
+    policy: ActorCritic
+    ppo: PPO
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        strategy: Strategy,
+        telemetry: Telemetry | None = None,
+        run_dir: Path | None = None,
+        hooks: list[Hooks] | None = None,
+    ):
+        self.cfg, self.strategy = cfg, strategy
+        self.tel = telemetry or Telemetry()  # the base class is the null object
+        self.run_dir = run_dir
+        self.hooks = [*HOOKS, *(hooks or [])]
+        self.seed = rank_seed(cfg.seed, strategy.seed_rank)
+        seed_everything(self.seed)
+        self.iteration = 0
+        self.wall_offset = 0.0
+        self._start = time.perf_counter()
+
+    # ---- the algorithm plug-in ----------------------------------------------------------------
+    @abstractmethod
+    def collect(self) -> None:
+        """This iteration's experience (a rollout, or exact episode counts), checked."""
+
+    @abstractmethod
+    def learn_step(self) -> dict[str, Any]:
+        """Advantages, the agreed statistics, the update through ``strategy.step``; returns
+        the iteration's metrics (hooks ``before_update``/``after_update`` around it)."""
+
+    @property
+    @abstractmethod
+    def env_steps(self) -> int:
+        """Env steps of every collector together, since the run began."""
+
+    @property
+    @abstractmethod
+    def stats_layout(self) -> StatsLayout:
+        """What ``learn_step`` hands ``strategy.reduce_stats``, by name and shape."""
+
+    @abstractmethod
+    def algorithm_state(self) -> dict[str, Any]:
+        """What the algorithm adds to a checkpoint besides policy, iteration and ranks."""
+
+    @abstractmethod
+    def load_algorithm_state(self, state: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def rank_state(self) -> dict[str, Any]:
+        """What differs per rank (env, RNG, cursors, this rank's shuffle)."""
+
+    @abstractmethod
+    def load_rank_state(self, mine: dict[str, Any]) -> None: ...
+
+    def absorb_stats(self, sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
+        """Server side of a parameter server: see ``RunnerParts.absorb_stats``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run under a parameter server")
+
+    def server_metrics(self) -> dict[str, Any]:
+        raise NotImplementedError(f"{type(self).__name__} cannot run under a parameter server")
+
+    @property
+    def stop_early(self) -> bool:
+        """An agreed early stop (the same on every rank); none by default."""
+        return False
+
+    def close(self) -> None:  # noqa: B027 (optional: not every algorithm holds envs)
+        """Release the envs."""
+
+    # ---- the loop -------------------------------------------------------------------------
+    def learn(self) -> dict[str, Any]:
+        """Train until done: this rank's roles, as its strategy runs them."""
+        self._start = time.perf_counter() - self.wall_offset
+        return self.strategy.run(self)
+
+    @property
+    def done(self) -> bool:
+        return self.iteration >= self.cfg.agent.max_iterations or self.stop_early
+
+    def train(self) -> dict[str, Any]:
+        """The loop of a rank that collects and learns (every rank under allreduce, the
+        workers of a parameter server)."""
+        record: dict[str, Any] = {}
+        self.strategy.take_times()
+        while not self.done:
+            record = self.iterate()
+        self.finished()
+        self.strategy.verify_replicas(self.policy)
+        self.strategy.finish()
+        return record
+
+    def iterate(self) -> dict[str, Any]:
+        """One iteration: collect, learn, log, checkpoint when due. Public so that benchmarks
+        time exactly what training runs."""
+        strategy = self.strategy
+        strategy.heartbeat(self.iteration)
+        self.schedule_lr()
+        steps_before = self.env_steps
+        t0 = time.perf_counter()
+        self.collect()
+        t_rollout = time.perf_counter() - t0
+        metrics = self.learn_step()
+        comm, sync = strategy.take_times()
+        self.iteration += 1
+        record = self.record(t0, metrics, t_rollout, comm, sync, self.env_steps - steps_before)
+        self.log(record)
+        if self.checkpoint_due():
+            self.checkpoint(record["wall_time"], metrics.get("train/skipped_updates", 0))
+        return record
+
+    def schedule_lr(self) -> None:
+        self.ppo.schedule_lr(self.iteration)
+
+    def finished(self) -> None:  # noqa: B027 (optional)
+        """After the last iteration of a collecting learner (the algorithm may say why)."""
+
+    def record(
+        self,
+        t0: float,
+        metrics: dict[str, Any],
+        t_rollout: float | None,
+        comm: float,
+        sync: float,
+        steps: int,
+    ) -> dict[str, Any]:
+        """One iteration's metrics.jsonl record: the common keys, then ``metrics``. time/learn
+        is the iteration's time outside the rollout and outside collectives."""
+        now = time.perf_counter()
+        t_iter = now - t0
+        return {
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "wall_time": self.wall_time(),
+            "perf/sps": steps / t_iter,
+            "time/iteration": t_iter,
+            "time/rollout": t_rollout,
+            "time/learn": t_iter - (t_rollout or 0.0) - comm - sync,
+            "time/comm": comm,
+            "time/sync": sync if self.strategy.measures_sync else None,
+            **metrics,
+        }
+
+    def wall_time(self) -> float:
+        """Seconds of training so far, a resumed run's earlier time included."""
+        return time.perf_counter() - self._start
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.tel.log(record)
+        for h in self.hooks:
+            h.after_iteration(self, record)
+
+    def message(self, text: str) -> None:
+        self.tel.message(text)
+
+    # ---- checkpoints -----------------------------------------------------------------------
+    def checkpoint_due(self) -> bool:
+        return self.iteration % self.cfg.agent.save_interval == 0 or self.done
+
+    def checkpoint(self, wall_time: float, skipped: int) -> None:
+        """Every rank calls this at a save point; rank 0 writes."""
+        # Never checkpoint right after updates skipped for NaN/Inf: the skip decision is global
+        # (one combined flag), so every rank agrees to skip the save as well.
+        if skipped:
+            self.tel.message(
+                f"checkpoint: not saving iteration {self.iteration}: {skipped} "
+                f"update(s) were skipped for non-finite loss or gradients"
+            )
+        else:
+            self.save(wall_time)
+        self.strategy.take_times()  # the checkpoint's gather is not the next iteration's time
+
+    def save(self, wall_time: float, ranks: list[Any] | None = None) -> Path | None:
+        """Rank 0 writes; ``ranks`` (per-rank state) is gathered here unless given (a parameter
+        server or a learner collects it from its peers' messages)."""
+        if ranks is None:
+            ranks = self.strategy.gather_object(self.rank_state())
+        if not self.strategy.is_main or self.run_dir is None:
+            return None
+        state = {
+            "policy": self.policy.state_dict(),
+            **self.algorithm_state(),
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "wall_time": wall_time,
+            "ranks": ranks,
+        }
+        meta = ckpt.run_metadata(to_dict(self.cfg), self.strategy.world_size, self.env_steps)
+        keep = self.cfg.agent.keep_checkpoints
+        return ckpt.save_checkpoint(
+            self.run_dir / "checkpoints", self.iteration, state, meta, keep=keep
+        )
+
+    def load(self, path: Path) -> list[str]:
+        """Load the checkpoint every rank was told to load; returns notes on changed fields."""
+        state, manifest = ckpt.load_checkpoint(path, map_location="cpu")
+        notes = ckpt.check_resume_compatible(manifest, to_dict(self.cfg), self.strategy.world_size)
+        self.policy.load_state_dict(state["policy"])
+        self.load_algorithm_state(state)
+        self.iteration = int(state["iteration"])
+        self.wall_offset = float(state["wall_time"])
+        self.load_rank_state(state["ranks"][self.strategy.rank] or {})  # {}: a dropped actor
+        return notes

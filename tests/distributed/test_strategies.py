@@ -1,0 +1,64 @@
+"""The strategy registry: a strategy added as one class and one registry line trains through the
+CLI's rank life on real Gloo ranks; options and algorithm pairs a strategy cannot take are
+refused before any process starts, with the reason."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from distrl.config import DistConfig, PSConfig, TrainConfig
+from distrl.distributed.strategies import STRATEGIES, check_strategy
+from tests.distributed.example_strategy import train_local_sgd
+from tests.distributed.harness import expect_ok, run_ranks
+
+
+def test_a_strategy_added_in_one_file_trains_on_real_ranks(tmp_path):
+    out = expect_ok(*run_ranks(train_local_sgd, 2, str(tmp_path / "run"), timeout=120)[:2], 2)
+    assert out[0]["final"]["iteration"] == 3
+    torch.testing.assert_close(out[0]["params"], out[1]["params"], rtol=0, atol=1e-7)
+    assert (tmp_path / "run" / "checkpoints").is_dir()  # the runner's parts did the rest
+
+
+def cfg(task: str = "cartpole", **dist) -> TrainConfig:
+    return TrainConfig(task=task, dist=DistConfig(**dist))
+
+
+@pytest.mark.parametrize(
+    "strategy, dist, named",
+    [
+        ("allreduce", dict(learners=2), "--dist.learners 2 (read by learner-actor)"),
+        ("allreduce", dict(ps=PSConfig(staleness=3)), "--dist.ps.staleness 3 (read by ps-bap)"),
+        ("ps-asp", dict(ps=PSConfig(lifetime=1.0)), "--dist.ps.lifetime 1.0 (read by ps-bap)"),
+        ("ps-bap", dict(ps=PSConfig(staleness_lr=True)), "--dist.ps.staleness-lr True"),
+        ("ps-bsp", dict(sync="async"), "--dist.sync 'async' (read by learner-actor)"),
+        ("learner-actor", dict(profile_sync=True), "--dist.profile-sync True"),
+    ],
+)
+def test_another_strategys_option_is_refused_by_name(strategy, dist, named):
+    with pytest.raises(ValueError, match="does not read") as e:
+        check_strategy(cfg(strategy=strategy, **dist), world_size=4)
+    assert named in str(e.value) and f"--dist.strategy {strategy}" in str(e.value)
+
+
+def test_the_policy_lag_without_async_is_refused():
+    with pytest.raises(ValueError, match="--dist.sync async"):
+        check_strategy(cfg(strategy="learner-actor", max_policy_lag=5), world_size=2)
+
+
+def test_an_unknown_strategy_names_the_known_ones():
+    bad = dataclasses.replace(cfg(), dist=DistConfig(strategy="ring"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'ring' is not one of"):
+        check_strategy(bad, world_size=2)
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_every_registered_strategy_takes_its_own_defaults(strategy):
+    check_strategy(cfg(strategy=strategy), world_size=4)
+
+
+def test_episodic_rloo_under_learner_actor_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="fixed-length rollouts"):
+        check_strategy(cfg("reach10", strategy="learner-actor"), world_size=2, episodic=True)

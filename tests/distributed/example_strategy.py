@@ -29,9 +29,15 @@ class LocalSGD(Collectives):
     def __init__(self, ctx: DistContext, cfg: TrainConfig):
         super().__init__(ctx, timeout=cfg.dist.timeout)
 
+    stats_agreed = True
+
     @property
     def num_collectors(self) -> int:
         return self.world_size
+
+    @property
+    def collector_index(self) -> int:
+        return self.rank
 
     def run(self, runner: RunnerParts) -> dict[str, Any]:
         return runner.train()

@@ -23,9 +23,15 @@ class AllReduceStrategy(Collectives):
     name = "allreduce"
     roles = Roles(collector=True, learner=True)
 
+    stats_agreed = True
+
     @property
     def num_collectors(self) -> int:
         return self.world_size
+
+    @property
+    def collector_index(self) -> int:
+        return self.rank
 
     def run(self, runner: RunnerParts) -> dict[str, Any]:
         """One role: collect and learn."""

@@ -88,6 +88,12 @@ class StatsLayout:
     sums: tuple[tuple[str, tuple[int, ...]], ...]
     gather: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
+    def __post_init__(self) -> None:
+        # Fields in name order: a layout built from a dict on one rank and one declared by the
+        # runner on another pack and unpack the same row whatever order they were written in.
+        object.__setattr__(self, "sums", tuple(sorted(self.sums)))
+        object.__setattr__(self, "gather", tuple(sorted(self.gather)))
+
     @classmethod
     def of(
         cls, sums: dict[str, torch.Tensor], gather: dict[str, torch.Tensor] | None = None
@@ -119,7 +125,7 @@ class StatsLayout:
         got = StatsLayout.of(sums, gather)
         if got != self:
             raise ValueError(f"statistics {got} do not match the layout {self}")
-        parts = [*sums.values(), *gather.values()]
+        parts = [sums[k] for k, _ in self.sums] + [gather[k] for k, _ in self.gather]
         return torch.cat([t.detach().reshape(-1).to(torch.float64) for t in parts])
 
     def _split(
@@ -161,6 +167,19 @@ class Strategy(Protocol):
     @property
     def num_collectors(self) -> int:
         """Ranks that collect experience (env steps per iteration count only these)."""
+        ...
+
+    @property
+    def collector_index(self) -> int:
+        """This rank's position among the collecting ranks (0-based; -1 where it does not
+        collect): multi-task RLOO shards its tasks over the collectors by it."""
+        ...
+
+    @property
+    def stats_agreed(self) -> bool:
+        """Whether ``reduce_stats`` gives every participating rank the same totals of the same
+        iteration (allreduce, ps-bsp, learner-actor's learners); ps-asp and ps-bap hand each
+        worker what the server got since its last exchange instead."""
         ...
 
     @property
@@ -243,6 +262,11 @@ class RunnerParts(Protocol):
     def absorb_stats(self, sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
         """Server side: the summed ``sums`` row and each worker's whole row, as
         ``stats_layout`` packs them; the runner merges what it keeps (normalizers, episodes)."""
+
+    def served_env_steps(self, worker_iterations: dict[int, int]) -> int:
+        """Server side: env steps of every worker so far, from their completed iterations
+        (and what ``absorb_stats`` took in)."""
+        ...
 
     def server_metrics(self) -> dict[str, Any]:
         """Server side: the episode and value figures of what ``absorb_stats`` took in."""

@@ -187,9 +187,15 @@ class LearnerActor(Collectives):
         self.messages: list[str] = []
         self._acc = self._fresh()
 
+    stats_agreed = True  # among the learners, who alone reduce statistics
+
     @property
     def num_collectors(self) -> int:
         return len(self.actors)
+
+    @property
+    def collector_index(self) -> int:
+        return -1 if self.is_learner else self.rank - self.L
 
     @property
     def measures_sync(self) -> bool:

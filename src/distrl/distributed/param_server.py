@@ -245,6 +245,14 @@ class ParameterServer(Collectives):
         return len(self.workers)
 
     @property
+    def collector_index(self) -> int:
+        return self.rank - 1  # the server (rank 0) collects nothing: -1
+
+    @property
+    def stats_agreed(self) -> bool:
+        return self.mode == "bsp"
+
+    @property
     def measures_sync(self) -> bool:
         return False
 
@@ -380,7 +388,6 @@ class ParameterServer(Collectives):
         """The server role: apply what the workers send until they finish; one record per
         iteration that every live worker completed; checkpoints when every live worker's state
         has arrived."""
-        per_worker = self.cfg.agent.num_steps * self.cfg.env.num_envs
         last_steps = runner.env_steps
 
         def on_stats(sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
@@ -398,7 +405,8 @@ class ParameterServer(Collectives):
                 runner.message(text)
             runner.iteration = event.iteration
             runner.schedule_lr()
-            steps = sum(m.pop("worker_iterations").values()) * per_worker
+            served = runner.server_metrics()  # before the steps: it counts what it absorbed
+            steps = runner.served_env_steps(m.pop("worker_iterations"))
             t_iter = m.pop("time/iteration")
             record = {
                 "iteration": runner.iteration,
@@ -406,7 +414,7 @@ class ParameterServer(Collectives):
                 "wall_time": runner.wall_time(),
                 "perf/sps": (steps - last_steps) / max(t_iter, 1e-9),
                 "time/iteration": t_iter,
-                **runner.server_metrics(),
+                **served,
                 "time/learn": t_iter - m["dist/server_wait"],
                 "time/comm": m["dist/server_wait"],
                 "time/sync": None,

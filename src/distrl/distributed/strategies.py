@@ -36,12 +36,6 @@ class StrategySpec:
     """(algorithm, why) pairs this strategy cannot run."""
 
 
-_EPISODIC_PS = (
-    EPISODIC,
-    "the parameter server's workers each train one task shard and weight their gradients by "
-    "every worker's kept-episode counts, which its asynchronous rounds do not agree on; use "
-    "--dist.strategy allreduce",
-)
 _EPISODIC_LA = (
     EPISODIC,
     "its actors ship fixed-length rollouts to the learners, and episodic batches are whole "
@@ -62,9 +56,9 @@ def _ps(mode: str) -> Callable[[DistContext, TrainConfig], Strategy]:
 
 STRATEGIES: dict[str, StrategySpec] = {
     "allreduce": StrategySpec(_allreduce, options=("profile_sync",)),
-    "ps-bsp": StrategySpec(_ps("bsp"), refuses=(_EPISODIC_PS,)),
-    "ps-asp": StrategySpec(_ps("asp"), ("ps.staleness_lr",), refuses=(_EPISODIC_PS,)),
-    "ps-bap": StrategySpec(_ps("bap"), ("ps.staleness", "ps.lifetime"), (_EPISODIC_PS,)),
+    "ps-bsp": StrategySpec(_ps("bsp")),
+    "ps-asp": StrategySpec(_ps("asp"), ("ps.staleness_lr",)),
+    "ps-bap": StrategySpec(_ps("bap"), ("ps.staleness", "ps.lifetime")),
     "learner-actor": StrategySpec(
         LearnerActor, ("learners", "sync", "max_policy_lag"), refuses=(_EPISODIC_LA,)
     ),

@@ -110,6 +110,9 @@ class Runner(ABC):
     def server_metrics(self) -> dict[str, Any]:
         raise NotImplementedError(f"{type(self).__name__} cannot run under a parameter server")
 
+    def served_env_steps(self, worker_iterations: dict[int, int]) -> int:
+        raise NotImplementedError(f"{type(self).__name__} cannot run under a parameter server")
+
     @property
     def stop_early(self) -> bool:
         """An agreed early stop (the same on every rank); none by default."""

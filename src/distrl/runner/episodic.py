@@ -33,16 +33,18 @@ from distrl.algorithms.ppo import PPO
 from distrl.algorithms.rloo import EpisodeAdvantages, rloo_advantages, rloo_policy_loss
 from distrl.config import TrainConfig
 from distrl.distributed.base import StatsLayout, Strategy
-from distrl.distributed.sharding import TaskSchedule, gradient_weights, task_shard
+from distrl.distributed.sharding import (
+    GradientWeights,
+    TaskSchedule,
+    gradient_weights,
+    task_shard,
+)
 from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.policy import ActorCritic, Moments
 from distrl.runner.base import Runner
 from distrl.runner.hooks import Hooks
 from distrl.storage.episodes import EpisodeBatch, collect_episodes
 from distrl.telemetry import Telemetry
-
-# One float64 row per rank, all-gathered once per iteration (``Strategy.reduce_stats``).
-ROW = ("task", "episodes", "successes", "return_sum", "kept", "dropped_groups", "env_steps")
 
 
 class EpisodicRunner(Runner):
@@ -59,16 +61,20 @@ class EpisodicRunner(Runner):
         super().__init__(cfg, strategy, telemetry, run_dir, hooks)
         self.mt = cfg.multitask
         self.task_names = suite.select(self.mt.tasks)
-        T, W = len(self.task_names), strategy.world_size
-        shard = task_shard(strategy.rank, T, W)
+        T, C = len(self.task_names), strategy.num_collectors
         dev, n, limit = torch.device(device), cfg.env.num_envs, cfg.env.max_episode_steps
-        # Only this rank's tasks are built; task ids are positions in ``task_names``.
+        # Tasks are sharded over the collecting ranks; only this rank's are built (a parameter
+        # server builds one env of one row, for the spaces). Task ids index ``task_names``.
+        shard = task_shard(strategy.collector_index, T, C) if strategy.roles.collector else []
         self.envs: dict[int, EpisodicVecEnv] = {
             t: suite.make_task_env(self.task_names[t], n, dev, limit) for t in shard
         }
-        env = self.envs[shard[0]]
-        self.schedule = TaskSchedule(shard, {t: e.num_init_states for t, e in self.envs.items()})
+        env = self.envs[shard[0]] if shard else suite.make_task_env(self.task_names[0], 1, dev, 1)
+        states = {t: e.num_init_states for t, e in self.envs.items()}
+        self.schedule = TaskSchedule(shard, states) if shard else None  # None: the server
         self.policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(dev)
+        if not shard:
+            env.close()
         self.ppo = PPO(self.policy, cfg.agent)
         # Rank-local: each rank shuffles its own (differently sized) set of kept steps.
         self.shuffle_gen = torch.Generator().manual_seed(self.seed)
@@ -77,11 +83,13 @@ class EpisodicRunner(Runner):
         self.task_success = torch.full((T,), math.nan, dtype=torch.float64)  # latest, global
         self.task: int | None = None  # the current iteration's task and episodes (hooks read them)
         self.batch: EpisodeBatch | None = None
+        self._served: dict[str, torch.Tensor] | None = None  # a parameter server's counts
         strategy.setup(self.policy, self.ppo)
 
     # ---- one iteration ----------------------------------------------------------------------
     def collect(self) -> None:
         """This iteration's task and exactly ``data_batch_size`` episodes of it."""
+        assert self.schedule is not None, "a rank that collects has a schedule"
         task, init = self.schedule.next(self.mt.init_states_per_iteration)
         # The env's own randomness is a function of (seed, iteration): nothing to checkpoint.
         env_seed = self.seed * 1_000_003 + self.iteration
@@ -99,8 +107,21 @@ class EpisodicRunner(Runner):
 
     @property
     def stats_layout(self) -> StatsLayout:
+        """Every count summed over the collecting ranks in one exchange: per task (episodes,
+        successes, return sum), per collector (kept episodes), and totals. All are additive,
+        so a parameter server may also add up several iterations of them."""
+        T, C = len(self.task_names), self.strategy.num_collectors
         obs = 1 + 2 * self.policy.normalizer.mean.numel()  # Moments.to_flat
-        return StatsLayout((("obs", (obs,)),), (("rank", (len(ROW),)),))
+        fields = {
+            "obs": (obs,),
+            "episodes": (T,),
+            "successes": (T,),
+            "returns": (T,),
+            "kept": (C,),
+            "dropped_groups": (1,),
+            "env_steps": (1,),
+        }
+        return StatsLayout(tuple(fields.items()))
 
     def learn_step(self) -> dict[str, Any]:
         """RLOO advantages, the agreed counts, the weighted PPO-clip epochs, the normalizer."""
@@ -108,44 +129,69 @@ class EpisodicRunner(Runner):
         task, batch = self.task, self.batch
         for h in self.hooks:
             h.before_update(self)
-        mt = self.mt
+        mt, strategy, me = self.mt, self.strategy, self.strategy.collector_index
         success = batch.success.to(torch.float32)
         adv = rloo_advantages(
             success, batch.lengths, batch.max_steps, mt.group_size, mt.drop_uniform
         )
         kept = int(adv.kept.sum())
-        row = torch.tensor(
-            [
-                task,
-                batch.num_episodes,
-                float(success.sum()),
-                float(batch.returns.sum()),
-                kept,
-                adv.num_dropped_groups,
-                batch.env_steps,
-            ],
-            dtype=torch.float64,
-        )
+        T, C, f64 = len(self.task_names), strategy.num_collectors, torch.float64
+        mine = {name: torch.zeros(n, dtype=f64) for name, n in (("episodes", T), ("kept", C))}
+        mine["successes"], mine["returns"] = torch.zeros(T, dtype=f64), torch.zeros(T, dtype=f64)
+        mine["episodes"][task] = batch.num_episodes
+        mine["successes"][task] = float(success.sum())
+        mine["returns"][task] = float(batch.returns.sum())
+        mine["kept"][me] = kept
         valid = batch.obs[batch.mask]
-        agreed = self.strategy.reduce_stats(
-            sums={"obs": Moments.of(valid).to_flat()}, gather={"rank": row}
+        agreed = strategy.reduce_stats(
+            sums={
+                "obs": Moments.of(valid).to_flat(),
+                **mine,
+                "dropped_groups": torch.tensor([adv.num_dropped_groups], dtype=f64),
+                "env_steps": torch.tensor([batch.env_steps], dtype=f64),
+            }
         )
-        rows = agreed.gathered["rank"]
-        kept_per_rank = [int(k) for k in rows[:, ROW.index("kept")].tolist()]
-        w = gradient_weights(
-            len(self.task_names),
-            self.strategy.world_size,
-            self.iteration,
-            kept_per_rank,
-            mt.balance,
-        )
-        metrics = self.update(batch, adv, w.loss_scale(self.strategy.rank), sum(kept_per_rank))
+        counts = agreed.sums
+        w = self.weights(counts["kept"])
+        if strategy.stats_agreed:
+            scale, kept_total = w.loss_scale(me), int(counts["kept"].sum())
+        else:  # ps-asp/bap: each worker's gradient is the mean over its own kept steps
+            scale, kept_total = 1.0, kept
+        metrics = self.update(batch, adv, scale, kept_total)
         if self.policy.normalizer.enabled:  # count-weighted merge across ranks
-            self.policy.normalizer.update(Moments.from_flat_sum(agreed.sums["obs"]))
-        metrics |= self.task_metrics(rows, w.task_shares)
+            self.policy.normalizer.update(Moments.from_flat_sum(counts["obs"]))
+        metrics |= self.task_metrics(counts, w.task_shares)
         for h in self.hooks:
             h.after_update(self, metrics)
         return metrics
+
+    def weights(self, kept: torch.Tensor) -> GradientWeights:
+        """Every collector's gradient weight and every task's share, from the kept episodes of
+        every collector."""
+        kept_per_rank = [int(k) for k in kept.tolist()]
+        C = self.strategy.num_collectors
+        return gradient_weights(
+            len(self.task_names), C, self.iteration, kept_per_rank, self.mt.balance
+        )
+
+    # ---- the server's view (parameter server) ----------------------------------------------
+    def absorb_stats(self, sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
+        """The server merges the workers' observation moments and adds up their counts until
+        the next record (under ps-asp one worker's statistics arrive at a time)."""
+        named = self.stats_layout.unpack_sums(sums)
+        if self.policy.normalizer.enabled:
+            self.policy.normalizer.update(Moments.from_flat_sum(named.pop("obs")))
+        pending = self._served
+        self._served = {k: v.clone() + (pending[k] if pending else 0) for k, v in named.items()}
+
+    def server_metrics(self) -> dict[str, Any]:
+        counts, self._served = self._served, None
+        if counts is None:
+            return {}
+        return self.task_metrics(counts, self.weights(counts["kept"]).task_shares)
+
+    def served_env_steps(self, worker_iterations: dict[int, int]) -> int:
+        return self._env_steps
 
     def update(
         self, batch: EpisodeBatch, adv: EpisodeAdvantages, scale: float, kept_total: int
@@ -178,35 +224,36 @@ class EpisodicRunner(Runner):
         del out["loss/value"]  # no critic
         return out
 
-    def task_metrics(self, rows: torch.Tensor, shares: dict[int, float]) -> dict[str, Any]:
+    def task_metrics(
+        self, counts: dict[str, torch.Tensor], shares: dict[int, float]
+    ) -> dict[str, Any]:
         """Per task trained this iteration (its ranks together): success, return, episodes,
         gradient share; overall success; the suite's success and the early-stop streak."""
-        col = {name: rows[:, i] for i, name in enumerate(ROW)}
+        episodes = counts["episodes"]
         out: dict[str, Any] = {}
-        for t in sorted({int(x) for x in col["task"].tolist()}):
-            on = col["task"] == t
-            n = float(col["episodes"][on].sum())
+        for t in episodes.nonzero().flatten().tolist():
+            n = float(episodes[t])
             name = self.task_names[t]
-            self.task_success[t] = float(col["successes"][on].sum()) / n
+            self.task_success[t] = float(counts["successes"][t]) / n
             out[f"task/{name}/success"] = float(self.task_success[t])
-            out[f"task/{name}/return"] = float(col["return_sum"][on].sum()) / n
+            out[f"task/{name}/return"] = float(counts["returns"][t]) / n
             out[f"task/{name}/episodes"] = int(n)
             out[f"task/{name}/grad_share"] = shares.get(t, 0.0)
-        episodes = float(col["episodes"].sum())
+        total = float(episodes.sum())
         seen = ~torch.isnan(self.task_success)
         suite = float(self.task_success.mean()) if bool(seen.all()) else None
         target = self.mt.early_stop_success
         self.streak = (
             self.streak + 1 if target is not None and suite is not None and suite >= target else 0
         )
-        self._env_steps += int(col["env_steps"].sum())
+        self._env_steps += int(counts["env_steps"].sum())
         return {
-            "success": float(col["successes"].sum()) / episodes,
+            "success": float(counts["successes"].sum()) / total,
             "success/suite": suite,
-            "episode_return_mean": float(col["return_sum"].sum()) / episodes,
-            "episodes": int(episodes),
-            "rloo/dropped_groups": int(col["dropped_groups"].sum()),
-            "rloo/kept_episodes": int(col["kept"].sum()),
+            "episode_return_mean": float(counts["returns"].sum()) / total,
+            "episodes": int(total),
+            "rloo/dropped_groups": int(counts["dropped_groups"].sum()),
+            "rloo/kept_episodes": int(counts["kept"].sum()),
             "early_stop/streak": self.streak,
             **out,
         }
@@ -219,6 +266,7 @@ class EpisodicRunner(Runner):
     # ---- checkpoints -----------------------------------------------------------------------
     def rank_state(self) -> dict[str, Any]:
         """What differs per rank: the schedule's cursors, RNG and the shuffle generator."""
+        assert self.schedule is not None, "a rank that collects has a schedule"
         return {
             "schedule": self.schedule.state_dict(),
             "rng": ckpt.capture_rng_state(),
@@ -226,6 +274,8 @@ class EpisodicRunner(Runner):
         }
 
     def load_rank_state(self, mine: dict[str, Any]) -> None:
+        if not mine or self.schedule is None:  # a parameter server's own slot
+            return
         self.schedule.load_state_dict(mine["schedule"])
         ckpt.restore_rng_state(mine["rng"])
         self.shuffle_gen.set_state(mine["shuffle_rng"])

@@ -140,6 +140,10 @@ class OnPolicyRunner(Runner):
             seen["times"][w] = mine["rollout_time"]
             seen["windows"][w] = mine["episodes"]
 
+    def served_env_steps(self, worker_iterations: dict[int, int]) -> int:
+        """Every worker's rollouts so far (under ps-asp they may be at different iterations)."""
+        return sum(worker_iterations.values()) * self.cfg.agent.num_steps * self.env.num_envs
+
     def server_metrics(self) -> dict[str, Any]:
         seen = self._served
         times = list(seen["times"].values()) or [torch.zeros(1, dtype=torch.float64)]

@@ -39,6 +39,7 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy
 
 format: setup
 	$(BIN)/ruff check --fix src tests

@@ -139,7 +139,7 @@ def _temp_path(path: Path) -> Path:
     return path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
 
 
-def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+def _atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
     """Write ``path`` so that readers see the old file, or the new one complete, never half."""
     tmp = _temp_path(path)
     try:

@@ -84,7 +84,7 @@ def make_policy(env: VecEnv, cfg: TrainConfig, state: dict[str, Any]) -> ActorCr
 def play(args: PlayArgs) -> torch.Tensor:
     """Evaluate (or, with ``--video``, record) and print; returns the episodes' returns."""
     if args.video is not None:
-        return record(args)
+        return record(args, args.video)
     episodes = 10 if args.episodes is None else args.episodes
     if episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {episodes}")
@@ -102,24 +102,25 @@ def play(args: PlayArgs) -> torch.Tensor:
     return returns
 
 
-def record(args: PlayArgs) -> torch.Tensor:
-    """One episode of one env, seeded ``args.seed``, rendered to ``args.video``; the return is
-    the one ``evaluate`` gives that env and seed (``before_step`` only reads the state)."""
+def record(args: PlayArgs, video: str) -> torch.Tensor:
+    """One episode of one env, seeded ``args.seed``, rendered to ``video`` (the ``--video``
+    path); the return is the one ``evaluate`` gives that env and seed (``before_step`` only
+    reads the state)."""
     from distrl import render
 
     if args.episodes not in (None, 1) or args.num_envs not in (None, 1):
         raise ValueError("--video records one episode of one env; drop --episodes/--num-envs")
-    if Path(args.video).suffix.lower() != ".mp4":
-        raise ValueError(f"--video writes an mp4 file; give a path ending in .mp4: {args.video}")
+    if Path(video).suffix.lower() != ".mp4":
+        raise ValueError(f"--video writes an mp4 file; give a path ending in .mp4: {video}")
     render.headless_gl()  # before anything imports mujoco
     device = torch.device(args.device)
     cfg, state, path, manifest = load(args.path, device)
     env, frames = render.make_video_env(cfg.task, cfg.env.max_episode_steps, device)
-    with closing(env), closing(frames), closing(render.Mp4Writer(args.video, frames.fps)) as out:
+    with closing(env), closing(frames), closing(render.Mp4Writer(video, frames.fps)) as out:
         policy = make_policy(env, cfg, state)
         returns = evaluate(policy, env, 1, args.seed, lambda: out.write(frames.render()))
     print(
-        f"{cfg.task}: video {args.video}, {out.frames} frames at {frames.fps:g} fps, "
+        f"{cfg.task}: video {video}, {out.frames} frames at {frames.fps:g} fps, "
         f"return {float(returns[0]):.2f} (seed {args.seed}, checkpoint {path}, "
         f"iteration {manifest['iteration']})"
     )

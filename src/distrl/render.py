@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, cast
 
 import numpy as np
 import torch
@@ -119,7 +120,9 @@ class GymFrames:
         import gymnasium
 
         try:
-            frame = self.env.vector_env.render()[0]
+            # Built with render_mode="rgb_array": one frame per sub-env (None only without a
+            # render mode; indexing it then fails like any other renderer error below).
+            frame = cast("tuple[Any, ...]", self.env.vector_env.render())[0]
         except gymnasium.error.DependencyNotInstalled as e:
             raise ImportError(f"gym:{self.env.env_id} cannot render: {e}") from e
         except Exception as e:
@@ -144,7 +147,7 @@ def _import_mujoco() -> None:
         raise _unavailable(e) from e
 
 
-def _is_mujoco(env: VecEnv) -> bool:
+def _is_mujoco(env: VecEnv) -> TypeGuard[MujocoVecEnv]:
     try:
         from distrl.envs.mujoco import MujocoVecEnv
     except ImportError:  # without the mujoco extra no env is a MuJoCo one
@@ -166,8 +169,8 @@ def make_video_env(
         from distrl.envs.gym import GymVecEnv
 
         env_id = task[len(GYM_PREFIX) :]
-        env = GymVecEnv(env_id, 1, device, max_episode_steps, render_mode="rgb_array")
-        return env, GymFrames(env)
+        gym_env = GymVecEnv(env_id, 1, device, max_episode_steps, render_mode="rgb_array")
+        return gym_env, GymFrames(gym_env)
     env = get_task(task).make_env(1, device, max_episode_steps)
     if _is_mujoco(env):
         try:
@@ -193,7 +196,7 @@ class Mp4Writer:
             raise ImportError(f"writing an mp4 needs the video extra: {INSTALL_VIDEO}") from e
         self._write_frames = imageio_ffmpeg.write_frames
         self.path, self.fps, self.frames = Path(path), fps, 0
-        self._gen = None
+        self._gen: Generator[None, np.ndarray | None, None] | None = None
 
     def write(self, frame: np.ndarray) -> None:
         if self._gen is None:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import IO, Any
 
 import yaml
@@ -247,6 +247,7 @@ class _ActiveTelemetry(Telemetry):
     """The main rank's sinks."""
 
     enabled = True
+    run_dir: Path  # always set here (the null object has none)
 
     def __init__(
         self,
@@ -262,12 +263,13 @@ class _ActiveTelemetry(Telemetry):
     ) -> None:
         # Import optional sinks before creating anything, so a missing package leaves no
         # half-made run directory behind.
-        wandb_mod = None
+        wandb_mod: ModuleType | None = None
         if wandb:
             try:
-                import wandb as wandb_mod
+                import wandb as _wandb
             except ImportError as e:
                 raise ImportError(WANDB_MISSING) from e
+            wandb_mod = _wandb
 
         self.run_dir = run_dir
         self.total_iterations = int(total_iterations)
@@ -353,9 +355,9 @@ class _ActiveTelemetry(Telemetry):
         # damage stays confined to that one (skipped by read_metrics).
         needs_newline = False
         if path.exists() and path.stat().st_size > 0:
-            with path.open("rb") as f:
-                f.seek(-1, os.SEEK_END)
-                needs_newline = f.read(1) != b"\n"
+            with path.open("rb") as tail:
+                tail.seek(-1, os.SEEK_END)
+                needs_newline = tail.read(1) != b"\n"
         # Line-buffered append: every record reaches the OS as soon as it is written, so a
         # crash loses nothing already logged, and a resumed run continues the same file.
         f = path.open("a", encoding="utf-8", buffering=1)

@@ -20,13 +20,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 from torch import nn
 
 from distrl.config import AgentConfig
 from distrl.storage.rollout import Batch, RolloutBuffer
+
+if TYPE_CHECKING:
+    from distrl.policy.actor_critic import ActorCritic
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ _SCALARS = ("approx_kl", "pg_loss", "v_loss", "entropy", "clipfrac", "nonfinite"
 class PPO:
     """Owns the optimizer, the flat gradient buffer and the learning-rate state."""
 
-    def __init__(self, policy: nn.Module, cfg: AgentConfig):
+    def __init__(self, policy: ActorCritic, cfg: AgentConfig):
         self.policy, self.cfg = policy, cfg
         self.params = [p for p in policy.parameters() if p.requires_grad]  # fixed order
         n = sum(p.numel() for p in self.params)
@@ -144,7 +147,9 @@ class PPO:
             p.grad = self.flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
         self.flat_param.grad = self.flat[:n]
-        self.optimizer = torch.optim.Adam([self.flat_param], lr=cfg.learning_rate, eps=cfg.adam_eps)
+        self.optimizer: torch.optim.Optimizer = torch.optim.Adam(
+            [self.flat_param], lr=cfg.learning_rate, eps=cfg.adam_eps
+        )
         self.lr = cfg.learning_rate
         self.skipped_total = 0
         self.consecutive_skips = 0

@@ -23,11 +23,14 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from distrl.bench import common
 from distrl.bench.comm import _join_group, _timed, run_ranks
 from distrl.distributed.routing import lpt_guarantee, routing_table
+
+if TYPE_CHECKING:
+    from torch.distributed import Work
 
 METHODS = ("routing", "naive", "broadcast", "p2p")
 # A flat model's tensors as fractions of it (an MLP-like mix of big and small tensors), so the
@@ -65,6 +68,14 @@ def model_numels(params: int) -> list[int]:
 
 
 # ---- the ranks ------------------------------------------------------------------------------
+def _posted(work: Work | None) -> Work:
+    """``isend``/``irecv`` return None only on a rank outside the group; here every rank is in
+    the default group."""
+    if work is None:
+        raise RuntimeError("point-to-point op posted on a rank outside its group")
+    return work
+
+
 def _rank(rank: int, world: int, port: int, backend: str, cfg: dict, q) -> None:
     try:
         import torch.distributed as dist
@@ -106,7 +117,7 @@ def _time_methods(rank, world, params, L, device, bgroup, cfg) -> list[dict]:
             for r in recvs
         ]
         for op in ops:
-            op.wait()
+            _posted(op).wait()
 
     def naive():
         if rank == 0:
@@ -116,7 +127,7 @@ def _time_methods(rank, world, params, L, device, bgroup, cfg) -> list[dict]:
         else:
             ops = []
         for op in ops:
-            op.wait()
+            _posted(op).wait()
 
     def broadcast():
         if rank == 0 or rank >= L:
@@ -124,9 +135,9 @@ def _time_methods(rank, world, params, L, device, bgroup, cfg) -> list[dict]:
 
     def p2p():
         if rank == 0:
-            dist.isend(flat, L).wait()
+            _posted(dist.isend(flat, L)).wait()
         elif rank == L:
-            dist.irecv(flat, 0).wait()
+            _posted(dist.irecv(flat, 0)).wait()
 
     expected = torch.arange(params, device=device, dtype=torch.float32)
     out = []

@@ -54,7 +54,7 @@ def bench_main(argv: list[str]) -> int:
         print(f"error: unknown benchmark {name!r}\n{USAGE}", file=sys.stderr)
         return 2
     args_cls, fn = COMMANDS[name]
-    args = tyro.cli(args_cls, args=rest, prog=f"distrl bench {name}")
+    args: object = tyro.cli(args_cls, args=rest, prog=f"distrl bench {name}")
     try:
         fn(args)
     except ValueError as e:

@@ -407,7 +407,7 @@ def print_results(points: list[dict], fit: dict, sync_rows: list[dict], out: Pat
             ("α-β µs", "model_alpha_beta_s", 1e6),
         ],
     )
-    fastest = {}
+    fastest: dict[str, dict] = {}
     for r in sync_rows:
         if r["model"] not in fastest or r["time_median_s"] < fastest[r["model"]]["time_median_s"]:
             fastest[r["model"]] = r

@@ -168,7 +168,8 @@ def run_all(
     a: LearnArgs, plan: Plan, out: Path
 ) -> tuple[list[dict], list[dict], dict[int, list[dict]]]:
     """Every (seed, W) run: one row each, every logged iteration (long rows) and the curves."""
-    per_run, long_rows = [], []
+    per_run: list[dict] = []
+    long_rows: list[dict] = []
     curves: dict[int, list[dict]] = {w: [] for w in plan.worlds}
     n_runs = len(plan.worlds) * a.seeds
     for seed in range(a.seeds):

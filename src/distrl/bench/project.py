@@ -176,7 +176,7 @@ def resolve(a: ProjectArgs) -> tuple[ModelInputs, list[dict], list[str]]:
             base[k] = v
             notes.append(f"{k} = {v} from the command line")
     base.setdefault("t_other", 0.0)
-    _require_inputs(base, alpha, beta)
+    alpha, beta = _require_inputs(base, alpha, beta)
     p = ModelInputs(alpha=alpha, beta=beta, small_collectives=a.small_collectives, **base)
     return p, summary, notes
 
@@ -230,14 +230,16 @@ def _link_params(a: ProjectArgs, notes: list[str]) -> tuple[float | None, float 
     return alpha, beta
 
 
-def _require_inputs(base: dict, alpha: float | None, beta: float | None) -> None:
+def _require_inputs(base: dict, alpha: float | None, beta: float | None) -> tuple[float, float]:
+    """``alpha`` and ``beta``, once every input is there; raises naming what is missing."""
     missing = [k for k in _OVERRIDES if base.get(k) is None]
     if alpha is None:
         missing.append("alpha (--from-comm, --alpha or --latency-us)")
     if beta is None:
         missing.append("beta (--from-comm, --beta or --bandwidth-gbps)")
-    if missing:
+    if missing or alpha is None or beta is None:  # alpha or beta None is in missing too
         raise ValueError("missing model inputs: " + ", ".join(missing))
+    return alpha, beta
 
 
 def validate_rows(p: ModelInputs, summary: list[dict]) -> list[dict]:

@@ -182,7 +182,8 @@ class PhaseTimer:
                 return fn(*args, **kwargs)
             finally:
                 self.sync()
-                self.totals[path] += time.perf_counter() - t0
+                # Seconds: a Counter of floats (typeshed types a Counter's values as int).
+                self.totals[path] += time.perf_counter() - t0  # type: ignore[assignment]
                 self.stack.pop()
 
         object.__setattr__(obj, method, timed)  # nn.Module.__setattr__ would do the same
@@ -309,7 +310,7 @@ def gemm_calls(g: Gemm, device: torch.device) -> list[Callable[[], Any]]:
     """Calls of ``g`` into a preallocated output, in each layout the update may use: one for
     ``fwd`` and ``dgrad``; for ``wgrad`` both g.t() @ x (autograd's nn.Linear) and (x.t() @ g).t()
     (LinearTanh's backward), since BLAS speed differs between them by up to 12x."""
-    z = dict(device=device)
+    z: dict[str, Any] = dict(device=device)
     out = torch.empty(g.M, g.N, **z)
     if g.kind == "fwd":  # nn.Linear / LinearTanh: addmm(bias, x, W.t())
         bias, x, w = torch.randn(g.N, **z), torch.randn(g.M, g.K, **z), torch.randn(g.N, g.K, **z)

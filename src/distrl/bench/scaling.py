@@ -88,9 +88,10 @@ class ScalingArgs:
 
 
 def _mean(xs: list[float | None]) -> float | None:
-    if not xs or any(x is None for x in xs):
+    known = [x for x in xs if x is not None]
+    if not xs or len(known) < len(xs):
         return None
-    return statistics.fmean(xs)
+    return statistics.fmean(known)
 
 
 def run_stats(records: list[dict], warmup: int) -> dict[str, Any]:
@@ -109,7 +110,8 @@ def run_stats(records: list[dict], warmup: int) -> dict[str, Any]:
 
     t_iter = seconds / len(kept)
     parts = [m("time/rollout"), m("time/learn"), m("time/comm"), m("time/sync") or 0.0]
-    other = t_iter - sum(parts) if None not in parts else None
+    known = [p for p in parts if p is not None]
+    other = t_iter - sum(known) if len(known) == len(parts) else None
     return {
         "fps": steps / seconds,
         "t_iter": t_iter,

@@ -71,8 +71,8 @@ def mode_args(mode: str, a: StragglerArgs) -> tuple[str, list[str], int, int]:
 
 
 def straggler(a: StragglerArgs) -> list[dict]:
-    slow = f"{a.slowdown:g}x straggler" if a.straggler else "no straggler"
-    m = common.header(f"bench straggler: {a.task}, {a.workers} workers, {slow}")
+    shape = f"{a.slowdown:g}x straggler" if a.straggler else "no straggler"
+    m = common.header(f"bench straggler: {a.task}, {a.workers} workers, {shape}")
     target = a.target_return if a.target_return is not None else DEFAULT_TARGETS.get(a.task)
     if target is None:
         raise ValueError(f"no default target return for {a.task!r}; pass --target-return")

@@ -52,7 +52,9 @@ class VecEnv(ABC):
     obs_dim: int
     action_space: ActionSpace
     device: torch.device
-    max_episode_steps: int
+    max_episode_steps: int | None
+    """Steps after which an episode is truncated; ``None``: the env has no time limit of its own
+    (a Gymnasium env registered without one). The built-in and episodic envs always have one."""
 
     @abstractmethod
     def reset(self, seed: int | None = None) -> torch.Tensor:

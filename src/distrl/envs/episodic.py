@@ -31,6 +31,7 @@ class EpisodicVecEnv(VecEnv):
     """A VecEnv whose episodes can start from chosen entries of a fixed init-state list."""
 
     num_init_states: int
+    max_episode_steps: int  # every episode ends within it
 
     @abstractmethod
     def reset_rows(self, mask: torch.Tensor, init_indices: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ also says where the faults go; see ``parse_faults``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -45,9 +46,9 @@ class FaultyEnv(VecEnv):
         num_envs: int,
         device: torch.device | str = "cpu",
         max_episode_steps: int | None = None,
-        raise_at: list[tuple[int, int]] = (),
-        nan_at: list[tuple[int, int, str]] = (),
-        inf_at: list[tuple[int, int, str]] = (),
+        raise_at: Sequence[tuple[int, int]] = (),
+        nan_at: Sequence[tuple[int, int, str]] = (),
+        inf_at: Sequence[tuple[int, int, str]] = (),
     ) -> None:
         self.inner = CartPole(num_envs, device, max_episode_steps)
         self.num_envs = self.inner.num_envs

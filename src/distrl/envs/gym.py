@@ -132,16 +132,19 @@ class GymVecEnv(VecEnv):
         single_action_space = self.vector_env.single_action_space
         self._np_action_dtype = single_action_space.dtype
         # Discrete(n, start=s) takes actions s..s+n-1; the policy emits 0..n-1.
-        discrete = isinstance(single_action_space, spaces.Discrete)
-        self._action_offset = int(single_action_space.start) if discrete else 0
+        self._action_offset = (
+            int(single_action_space.start)
+            if isinstance(single_action_space, spaces.Discrete)
+            else 0
+        )
         spec_limit = gymnasium.spec(env_id).max_episode_steps
         # None when the env has no time limit of its own.
         self.max_episode_steps = max_episode_steps if max_episode_steps is not None else spec_limit
         self._seed = seed
 
     def _to_torch(self, obs: np.ndarray) -> torch.Tensor:
-        obs = torch.as_tensor(obs.reshape(self.num_envs, self.obs_dim), dtype=torch.float32)
-        return obs.to(self.device)
+        t = torch.as_tensor(obs.reshape(self.num_envs, self.obs_dim), dtype=torch.float32)
+        return t.to(self.device)
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         if seed is None:

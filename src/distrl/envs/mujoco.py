@@ -71,6 +71,7 @@ class MujocoVecEnv(VecEnv):
     xml_file: str
     frame_skip: int
     default_max_episode_steps = 1000
+    max_episode_steps: int
     forward_reward_weight = 1.0
     ctrl_cost_weight: float
     reset_noise_scale: float

@@ -143,7 +143,7 @@ class Reach(TorchVecEnv, EpisodicVecEnv):
         self.device = torch.device(device)
         self.num_envs = num_envs
         self.shaping = float(shaping)
-        f32 = dict(device=self.device, dtype=torch.float32)
+        f32: dict[str, Any] = dict(device=self.device, dtype=torch.float32)
         tasks = REACH_TASKS
         self._goal = torch.tensor([t.goal for t in tasks], **f32)
         self._mass = torch.tensor([t.mass for t in tasks], **f32)

@@ -24,6 +24,7 @@ import difflib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -52,7 +53,7 @@ class Task:
 
 
 def _config(
-    task: str, num_envs: int, policy: PolicyConfig | None = None, **agent: object
+    task: str, num_envs: int, policy: PolicyConfig | None = None, **agent: Any
 ) -> Callable[[], TrainConfig]:
     """Factory of a fresh TrainConfig for ``task`` with ``num_envs``, a PolicyConfig and
     AgentConfig overrides."""
@@ -236,7 +237,7 @@ def _mt10_first_env(
 
 
 def _episodic_config(
-    task: str, num_envs: int, multitask: MultiTaskConfig, **agent: object
+    task: str, num_envs: int, multitask: MultiTaskConfig, **agent: Any
 ) -> Callable[[], TrainConfig]:
     """A fresh TrainConfig for an episodic suite: RLOO has no critic and no bootstrapping, so
     only the PPO-clip fields of ``agent`` matter (vf_coef 0 says so in config.yaml too)."""

@@ -50,6 +50,7 @@ class TorchVecEnv(VecEnv):
 
     state_dim: int
     default_max_episode_steps: int
+    max_episode_steps: int
     state_dtype: torch.dtype = torch.float32
 
     def __init__(

@@ -79,6 +79,10 @@ def mlp(
 
 
 class ActorCritic(nn.Module):
+    # Buffers of continuous policies, registered in __init__.
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+
     def __init__(self, obs_dim: int, action_space: ActionSpace, cfg: PolicyConfig):
         super().__init__()
         self.action_space = action_space

@@ -63,6 +63,13 @@ class RunningNorm(nn.Module):
     """y = clip((x - mean) / sqrt(var + eps), -clip, clip). Statistics are buffers (checkpointed,
     broadcast with the parameters) and only change through ``update``, never in forward."""
 
+    # Buffers registered in __init__ (annotated so that type checkers see Tensors).
+    count: torch.Tensor
+    mean64: torch.Tensor
+    m2: torch.Tensor
+    mean: torch.Tensor
+    inv_std: torch.Tensor
+
     def __init__(self, dim: int, eps: float = 1e-8, clip: float = 10.0, enabled: bool = True):
         super().__init__()
         self.enabled = enabled

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -44,7 +45,7 @@ class RolloutBuffer:
         device: torch.device,
     ):
         T, N = num_steps, num_envs
-        z = dict(device=device)
+        z: dict[str, Any] = dict(device=device)
         self.num_steps, self.num_envs = T, N
         self.obs = torch.zeros(T, N, obs_dim, **z)
         self.actions = torch.zeros(

@@ -3,8 +3,8 @@
 Local SGD with parameter averaging (Stich 2019, "Local SGD Converges Fast and Communicates
 Little"): each rank steps its own optimizer on its own gradient, and after every minibatch the
 ranks average their parameters in one all-reduce. It needs nothing of distrl's internals beyond
-the ``Strategy`` protocol: the timed collectives come from ``Collectives``, the loop of its one
-role (collect and learn) is the runner's ``train()``.
+the ``Strategy`` protocol: the timed collectives and the defaults of a strategy whose every rank
+collects and learns (its loop is the runner's ``train()``) come from ``Collectives``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner
 from distrl.config import TrainConfig
-from distrl.distributed.base import Roles, RunnerParts
+from distrl.distributed.base import Roles
 from distrl.distributed.collectives import Collectives
 from distrl.distributed.context import DistContext
 from distrl.distributed.strategies import STRATEGIES, StrategySpec
@@ -28,19 +28,6 @@ class LocalSGD(Collectives):
 
     def __init__(self, ctx: DistContext, cfg: TrainConfig):
         super().__init__(ctx, timeout=cfg.dist.timeout)
-
-    stats_agreed = True
-
-    @property
-    def num_collectors(self) -> int:
-        return self.world_size
-
-    @property
-    def collector_index(self) -> int:
-        return self.rank
-
-    def run(self, runner: RunnerParts) -> dict[str, Any]:
-        return runner.train()
 
     def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         self.broadcast_tensors_(list(policy.parameters()) + list(policy.buffers()))

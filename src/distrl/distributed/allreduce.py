@@ -9,33 +9,17 @@ is the same for W=1 and W>1.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner
-from distrl.distributed.base import Roles, RunnerParts
+from distrl.distributed.base import Roles
 from distrl.distributed.collectives import Collectives
 
 
 class AllReduceStrategy(Collectives):
     name = "allreduce"
     roles = Roles(collector=True, learner=True)
-
-    stats_agreed = True
-
-    @property
-    def num_collectors(self) -> int:
-        return self.world_size
-
-    @property
-    def collector_index(self) -> int:
-        return self.rank
-
-    def run(self, runner: RunnerParts) -> dict[str, Any]:
-        """One role: collect and learn."""
-        return runner.train()
 
     def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Rank 0's parameters, buffers (normalizer) and optimizer state reach every rank as

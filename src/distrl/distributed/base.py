@@ -175,6 +175,10 @@ class Strategy(Protocol):
         collect): multi-task RLOO shards its tasks over the collectors by it."""
         ...
 
+    stop_requested: bool
+    """Whoever coordinates this rank asked it to stop after this iteration (a parameter
+    server whose algorithm stopped early on its view of every worker's statistics)."""
+
     @property
     def stats_agreed(self) -> bool:
         """Whether ``reduce_stats`` gives every participating rank the same totals of the same
@@ -246,6 +250,14 @@ class RunnerParts(Protocol):
     def done(self) -> bool:
         """Max iterations reached, or the algorithm's agreed early stop."""
         ...
+
+    @property
+    def stop_early(self) -> bool:
+        """The algorithm's early stop on the statistics this rank holds."""
+        ...
+
+    def finished(self) -> None:
+        """After the last iteration: the algorithm says why it stopped (an early stop)."""
 
     def train(self) -> dict[str, Any]:
         """The loop of a rank that collects and learns: ``iterate()`` until done, then the

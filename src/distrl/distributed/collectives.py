@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from distrl.distributed.base import Agreed
+from distrl.distributed.base import Agreed, RunnerParts
 from distrl.distributed.context import DistContext, heartbeat, peer_failure
 
 
@@ -38,6 +38,21 @@ class Collectives:
         self.group: Any = None
         self.group_size = ctx.world_size
         self.object_group: Any = None
+        # Defaults of the Strategy protocol for a strategy whose every rank collects and learns
+        self.stop_requested = False
+        self.stats_agreed = True
+
+    @property
+    def num_collectors(self) -> int:
+        return self.world_size
+
+    @property
+    def collector_index(self) -> int:
+        return self.rank
+
+    def run(self, runner: RunnerParts) -> dict[str, Any]:
+        """One role: collect and learn (the runner's own loop)."""
+        return runner.train()
 
     # ---- timing ---------------------------------------------------------------------------
     @property

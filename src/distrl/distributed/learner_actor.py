@@ -187,8 +187,6 @@ class LearnerActor(Collectives):
         self.messages: list[str] = []
         self._acc = self._fresh()
 
-    stats_agreed = True  # among the learners, who alone reduce statistics
-
     @property
     def num_collectors(self) -> int:
         return len(self.actors)

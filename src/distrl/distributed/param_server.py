@@ -169,6 +169,7 @@ class ParameterServer(Collectives):
                 f"others work); use e.g. --nproc 3 for 2 workers"
             )
         self.mode, self.cfg = mode, cfg
+        self.stats_agreed = mode == "bsp"  # asp/bap: what the server got since the last reply
         self.name = f"ps-{mode}"
         server = ctx.rank == SERVER
         self.roles = Roles(collector=not server, learner=not server, server=server)
@@ -178,6 +179,7 @@ class ParameterServer(Collectives):
         self.rounds_sent = 0
         self.last = Decision("step", (0.0,) * 5)
         self.stop_seen = False  # BAP: a 'stop' arrived while this iteration was running
+        self.stop_requested = False  # the server's algorithm stopped early (Strategy protocol)
         self.iteration_first_round = 0
         self._iteration = 0  # the iteration this worker is in (set by heartbeat)
         self.capacity = 0
@@ -247,10 +249,6 @@ class ParameterServer(Collectives):
     @property
     def collector_index(self) -> int:
         return self.rank - 1  # the server (rank 0) collects nothing: -1
-
-    @property
-    def stats_agreed(self) -> bool:
-        return self.mode == "bsp"
 
     @property
     def measures_sync(self) -> bool:
@@ -353,7 +351,9 @@ class ParameterServer(Collectives):
         layout = StatsLayout.of(sums, gather)
         row = layout.pack(sums, gather)
         self._up(STATS, pack64(row), iteration=self._iteration, nsums=layout.num_sums)
-        _, reply = self._receive(STATS_REPLY)
+        header, reply = self._receive(STATS_REPLY)
+        if ACTIONS[int(header[2])] == "stop":  # the server's own early stop
+            self.stop_requested = True
         total = unpack64(reply[: 2 * layout.num_sums])
         device = next(iter(sums.values())).device
         out = Agreed(sums={k: v.to(device) for k, v in layout.unpack_sums(total).items()})
@@ -394,7 +394,8 @@ class ParameterServer(Collectives):
             runner.absorb_stats(sums, rows)
 
         record: dict[str, Any] = {}
-        for event in self.serve(on_stats, runner.iteration):
+        stop = lambda: runner.stop_early  # noqa: E731 (the server's agreed view)
+        for event in self.serve(on_stats, runner.iteration, stop):
             if event.kind == "checkpoint":
                 ranks = [event.states.get(r, {}) for r in range(self.world_size)]
                 runner.iteration = max(runner.iteration, event.iteration)
@@ -422,18 +423,20 @@ class ParameterServer(Collectives):
             }
             last_steps = steps
             runner.log(record)
+        runner.finished()
         return record
 
     def serve(
         self,
         on_stats: Callable[[torch.Tensor, dict[int, torch.Tensor]], None],
         start_iteration: int = 0,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> Iterator[ServerEvent]:
         """The server loop; yields an event per completed iteration and per checkpoint.
 
         ``on_stats(summed sums, {worker: its whole statistics row})`` lets the runner merge the
         normalizer and keep episode windows (``RunnerParts.absorb_stats``)."""
-        return _ServerLoop(self, on_stats, start_iteration).run()
+        return _ServerLoop(self, on_stats, start_iteration, should_stop).run()
 
 
 @dataclass
@@ -451,8 +454,14 @@ class _Round:
 
 
 class _ServerLoop:
-    def __init__(self, ps: ParameterServer, on_stats, start_iteration: int):
-        self.ps, self.on_stats = ps, on_stats
+    def __init__(
+        self,
+        ps: ParameterServer,
+        on_stats: Callable[[torch.Tensor, dict[int, torch.Tensor]], None],
+        start_iteration: int,
+        should_stop: Callable[[], bool],
+    ):
+        self.ps, self.on_stats, self.should_stop = ps, on_stats, should_stop
         self.mode, self.learner = ps.mode, ps.learner
         self.live = set(ps.workers)
         now = time.perf_counter()
@@ -467,6 +476,7 @@ class _ServerLoop:
         self.stats_round: dict[int, tuple[torch.Tensor, int]] = {}
         self.pending: dict[int, torch.Tensor] = {}  # async: sums not yet sent to each worker
         self.states: dict[int, dict[int, Any]] = {}
+        self.latest: dict[int, Any] = {}  # each worker's newest state
         self.iteration = min(self.completed.values())
         self.messages: list[str] = []
         self.acc = self._fresh()
@@ -573,7 +583,8 @@ class _ServerLoop:
             self._on_stats(worker, payload, nsums=int(head[7]))
         elif kind == STATE:
             it = int(head[3])
-            self.states.setdefault(it, {})[worker] = from_bytes_payload(payload)
+            state = self.latest[worker] = from_bytes_payload(payload)
+            self.states.setdefault(it, {})[worker] = state
             yield from self._maybe_checkpoint()
         elif kind == DONE:
             self.done.add(worker)
@@ -592,9 +603,14 @@ class _ServerLoop:
             yield ServerEvent("iteration", self.iteration, self._metrics())
 
     def _maybe_checkpoint(self) -> Iterator[ServerEvent]:
+        """A checkpoint of iteration ``it`` once every live worker's state of it arrived; a
+        worker that finished earlier (an early stop seen only by it, under ps-asp/bap) stands
+        in with its final state."""
         for it in sorted(self.states):
-            if set(self.states[it]) >= self.live:
-                yield ServerEvent("checkpoint", it, states=self.states.pop(it))
+            have = self.states[it]
+            stand_in = {w: self.latest[w] for w in self.live & self.done if w not in have}
+            if set(have) | set(stand_in) >= self.live:
+                yield ServerEvent("checkpoint", it, states=stand_in | self.states.pop(it))
 
     # ---- statistics --------------------------------------------------------------------------
     def _on_stats(self, worker: int, payload: torch.Tensor, nsums: int) -> None:
@@ -608,7 +624,7 @@ class _ServerLoop:
         for w in self.live:
             self.pending[w] = self.pending[w] + sums if w in self.pending else sums.clone()
         reply, self.pending[worker] = self.pending[worker], torch.zeros_like(sums)
-        self.ps._down(worker, STATS_REPLY, pack64(reply))
+        self.ps._down(worker, STATS_REPLY, pack64(reply), self._stats_decision())
 
     def _maybe_reply_stats(self) -> None:
         waiting = self.live - self.done
@@ -621,8 +637,13 @@ class _ServerLoop:
             total += self.stats_round[w][0][:nsums]
         self.on_stats(total, {w: self.stats_round[w][0] for w in workers})
         for w in workers:
-            self.ps._down(w, STATS_REPLY, pack64(total))
+            self.ps._down(w, STATS_REPLY, pack64(total), self._stats_decision())
         self.stats_round = {}
+
+    def _stats_decision(self) -> Decision | None:
+        """A statistics reply says 'stop' once the server's algorithm stopped early (its view
+        of every worker's counts: under ps-asp/bap the workers' own views are partial)."""
+        return Decision("stop") if self.should_stop() else None
 
     # ---- gradients ---------------------------------------------------------------------------
     def _on_grad(self, worker: int, flat: torch.Tensor, version: int, samples: int) -> None:

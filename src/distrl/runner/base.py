@@ -129,6 +129,8 @@ class Runner(ABC):
 
     @property
     def done(self) -> bool:
+        if self.strategy.stop_requested:
+            return True
         return self.iteration >= self.cfg.agent.max_iterations or self.stop_early
 
     def train(self) -> dict[str, Any]:

@@ -156,6 +156,7 @@ class EpisodicRunner(Runner):
         if strategy.stats_agreed:
             scale, kept_total = w.loss_scale(me), int(counts["kept"].sum())
         else:  # ps-asp/bap: each worker's gradient is the mean over its own kept steps
+            # (sending zero gradients instead of skipping made ps-bap learn worse: measured)
             scale, kept_total = 1.0, kept
         metrics = self.update(batch, adv, scale, kept_total)
         if self.policy.normalizer.enabled:  # count-weighted merge across ranks
@@ -260,7 +261,11 @@ class EpisodicRunner(Runner):
 
     @property
     def stop_early(self) -> bool:
-        """Agreed on every rank: the streak is computed from all-gathered numbers."""
+        """Agreed on every rank: the streak is computed from agreed numbers. Where a worker's
+        numbers are partial (ps-asp/bap), its parameter server decides for it
+        (``strategy.stop_requested``)."""
+        if not (self.strategy.stats_agreed or self.strategy.roles.server):
+            return False
         return self.streak >= self.mt.early_stop_patience
 
     # ---- checkpoints -----------------------------------------------------------------------

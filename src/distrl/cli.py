@@ -138,7 +138,8 @@ def run_training(cfg: TrainConfig) -> dict:
     try:
         strategy = make_strategy(cfg, ctx, episodic=suite is not None)
         run_dir = Path(strategy.broadcast_object(str(cfg.run_dir or default_run_dir(cfg.task))))
-        resume_path, skipped = None, []
+        resume_path: Path | None = None
+        skipped: list[tuple[Path, str]] = []
         if cfg.resume:
             # Rank 0 picks the checkpoint; every rank loads that one.
             choice = None

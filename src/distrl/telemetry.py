@@ -174,6 +174,8 @@ class Telemetry:
 
     enabled: bool = False
     run_dir: Path | None = None
+    start_iteration: int = 0
+    """Iterations already completed when this run started (a resume); the bar starts there."""
 
     @classmethod
     def create(

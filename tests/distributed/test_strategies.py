@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from distrl.config import DistConfig, PSConfig, TrainConfig
+from distrl.config import DistConfig, PolicyConfig, PSConfig, TrainConfig
 from distrl.distributed.strategies import STRATEGIES, check_strategy
 from tests.distributed.example_strategy import train_local_sgd
 from tests.distributed.harness import expect_ok, run_ranks
@@ -62,3 +62,11 @@ def test_every_registered_strategy_takes_its_own_defaults(strategy):
 def test_episodic_rloo_under_learner_actor_is_refused_with_the_reason():
     with pytest.raises(ValueError, match="fixed-length rollouts"):
         check_strategy(cfg("reach10", strategy="learner-actor"), world_size=2, episodic=True)
+
+
+def test_reward_scaling_under_learner_actor_is_refused_with_the_reason():
+    c = dataclasses.replace(
+        cfg(strategy="learner-actor"), policy=PolicyConfig(reward_normalization=True)
+    )
+    with pytest.raises(ValueError, match="do not ship the discounted returns"):
+        check_strategy(c, world_size=2)

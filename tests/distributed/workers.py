@@ -217,7 +217,7 @@ def learn_params(rank: int, world: int, iterations: int, dist: dict | None = Non
             "records": final,
             **replica(runner.policy, runner.ppo.optimizer),
             "lr": runner.ppo.lr,
-            "obs": runner.collector.obs.clone(),  # rank-local: different seeds, different envs
+            "obs": runner.rollouts.obs.clone(),  # rank-local: different seeds, different envs
         }
     finally:
         context.shutdown()

@@ -47,6 +47,22 @@ class GradientLearner(Protocol):
     num_grad: int
     flat: torch.Tensor
     """[num_grad + scalars]: this minibatch's gradients and decision scalars."""
+
+    @property
+    def flat_param(self) -> torch.Tensor:
+        """Every trained parameter as one flat vector (the parameters are views into it)."""
+        ...
+
+    @property
+    def params(self) -> list[nn.Parameter]:
+        """The trained parameters, in the order of ``flat_param``."""
+        ...
+
+    @property
+    def lr(self) -> float:
+        """The learning rate the next step takes (adaptive or scheduled)."""
+        ...
+
     optimizer: torch.optim.Optimizer
 
     def decide(self, flat: torch.Tensor) -> Decision: ...

@@ -42,16 +42,20 @@ class AllReduceStrategy(Collectives):
         return decision
 
     def verify_replicas(self, module: nn.Module) -> None:
-        """Raise if any rank's (of the group's) parameters differ from rank 0's (sum, sum of
-        squares and a position-weighted sum, so a permutation is caught too)."""
-        if not self.active:
-            return
-        flat = torch.cat([p.detach().reshape(-1).double() for p in module.parameters()])
-        weights = torch.arange(flat.numel(), device=flat.device, dtype=flat.dtype).remainder(97)
-        sig = torch.stack([flat.sum(), (flat * flat).sum(), (flat * weights).sum()])
-        sigs = self.all_gather(sig)
-        bad = [r for r in range(self.group_size) if not torch.equal(sigs[r], sigs[0])]
-        if bad:
-            raise RuntimeError(
-                f"parameter checksum of rank(s) {bad} differs from rank 0: {sigs.tolist()}"
-            )
+        verify_identical(self, module)
+
+
+def verify_identical(collectives: Collectives, module: nn.Module) -> None:
+    """Raise if any rank's (of the group's) parameters differ from rank 0's (sum, sum of
+    squares and a position-weighted sum, so a permutation is caught too)."""
+    if not collectives.active:
+        return
+    flat = torch.cat([p.detach().reshape(-1).double() for p in module.parameters()])
+    weights = torch.arange(flat.numel(), device=flat.device, dtype=flat.dtype).remainder(97)
+    sig = torch.stack([flat.sum(), (flat * flat).sum(), (flat * weights).sum()])
+    sigs = collectives.all_gather(sig)
+    bad = [r for r in range(collectives.group_size) if not torch.equal(sigs[r], sigs[0])]
+    if bad:
+        raise RuntimeError(
+            f"parameter checksum of rank(s) {bad} differs from rank 0: {sigs.tolist()}"
+        )

@@ -16,7 +16,7 @@ A strategy is chosen by ``--dist.strategy`` (the ``STRATEGIES`` registry in
 
 The algorithm (on-policy PPO with GAE, or episodic RLOO) is the other, independent axis: a
 ``runner.base.Runner`` subclass. ``Strategy`` lists every member the runner and the CLI use,
-and mypy checks that each strategy class provides them (``tests/distributed/test_strategies``).
+and mypy (``make lint``) checks that each class in the ``STRATEGIES`` registry provides them.
 
 Every collective goes through ``Collectives._timed`` (distributed/collectives.py), so each one is
 timed and a dead or stalled peer surfaces as a ``PeerFailure`` naming it.
@@ -236,7 +236,9 @@ class RunnerParts(Protocol):
     cfg: TrainConfig
     iteration: int
     wall_offset: float
-    policy: nn.Module
+
+    @property
+    def policy(self) -> nn.Module: ...
 
     @property
     def env_steps(self) -> int: ...

@@ -46,7 +46,7 @@ from torch import nn
 
 from distrl.algorithms.ppo import GradientLearner
 from distrl.config import TrainConfig
-from distrl.distributed.allreduce import AllReduceStrategy
+from distrl.distributed.allreduce import AllReduceStrategy, verify_identical
 from distrl.distributed.base import Roles, RunnerParts
 from distrl.distributed.collectives import Collectives
 from distrl.distributed.context import DistContext, PeerFailure, _store
@@ -128,10 +128,13 @@ def sync_numels(ppo: GradientLearner, policy: nn.Module) -> tuple[list[int], int
 @runtime_checkable
 class OnPolicyParts(RunnerParts, Protocol):
     """What the learner and actor loops need beyond the shared parts: an on-policy runner's
-    collector (a ``Collector`` on actors, ``RemoteRollouts`` on learners), its learner, and
-    its ``collect``/``learn_step``/``record``."""
+    collector (actors), remote rollouts and learner (learners), and its
+    ``collect``/``learn_step``/``record``. (``distributed/`` does not import ``runner/``.)"""
 
     collector: Any
+    """The actor's own ``Collector``."""
+    remote: Any
+    """The learner's ``RemoteRollouts``: its actors' rollouts side by side."""
     learner: Any
 
     @property
@@ -228,7 +231,8 @@ class LearnerActor(Collectives):
             self.arrived: dict[int, dict[int, torch.Tensor]] = {}
             self.byes: set[int] = set()
 
-    def _codec(self, policy: nn.Module) -> RolloutCodec:
+    def _codec(self, policy: Any) -> RolloutCodec:
+        """``policy``: the runner's ``ActorCritic``."""
         obs_dim = policy.normalizer.mean.numel()
         act = 1 if policy.discrete else policy.action_space.dim
         return RolloutCodec(self.cfg.agent.num_steps, self.cfg.env.num_envs, obs_dim, act)
@@ -248,7 +252,7 @@ class LearnerActor(Collectives):
     def verify_replicas(self, module: nn.Module) -> None:
         """The learners hold identical parameters (actors may hold older versions in async)."""
         if self.is_learner:
-            AllReduceStrategy.verify_replicas(self, module)
+            verify_identical(self, module)
 
     # ---- weights: learners push, actors receive ------------------------------------------------
     def _sync_vector(self) -> torch.Tensor:
@@ -282,6 +286,7 @@ class LearnerActor(Collectives):
 
     def _send(self, t: torch.Tensor, peer: int, tag: int = 0) -> None:
         work = dist.isend(t.contiguous(), dst=peer, tag=tag)
+        assert work is not None  # None only for a rank outside the group
         work.wait(datetime.timedelta(seconds=self.timeout))
 
     def _receive_weights(self, learner: int) -> torch.Tensor:
@@ -476,7 +481,7 @@ class LearnerActor(Collectives):
         while any((a, iteration) not in self.states for a in self.live):
             self._pump(self.timeout)
         mine = {self.rank: own} | {a: self.states.pop((a, iteration)) for a in sorted(self.live)}
-        out = [None] * self.L if self.is_main else None
+        out: list[dict[int, Any]] | None = [{} for _ in range(self.L)] if self.is_main else None
         self._timed(dist.gather_object, mine, out, dst=0, group=self.learner_group, sync=False)
         if out is None:
             return None
@@ -500,7 +505,7 @@ class LearnerActor(Collectives):
     def _learn(self, runner: OnPolicyParts) -> dict[str, Any]:
         """Learner: one rollout from each of its actors, the update (all-reduce among the
         learners), a checkpoint when due, then the new weights to the actors."""
-        rollouts = runner.collector
+        rollouts = runner.remote
         self.take_times()
         record: dict[str, Any] = {}
         while not runner.done:

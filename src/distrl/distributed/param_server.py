@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -64,7 +64,7 @@ UP_HEADER, DOWN_HEADER = 9, 12
 STATS, GRAD, STATE, DONE = 1, 2, 3, 4
 # server -> worker kinds
 PARAMS, STATS_REPLY, BYE = 1, 2, 3
-ACTIONS = ("step", "skip", "stop")
+ACTIONS: tuple[Literal["step", "skip", "stop"], ...] = ("step", "skip", "stop")
 
 
 class WorkerLost(PeerFailure):
@@ -239,7 +239,9 @@ class ParameterServer(Collectives):
     def _send(self, msg: torch.Tensor, peer: int) -> None:
         """A send that gives up after --dist.timeout (a plain Gloo send to a stopped peer waits
         forever once the socket buffer is full)."""
-        dist.isend(msg, dst=peer).wait(datetime.timedelta(seconds=self.timeout))
+        work = dist.isend(msg, dst=peer)
+        assert work is not None  # None only for a rank outside the group
+        work.wait(datetime.timedelta(seconds=self.timeout))
 
     # ---- worker side -------------------------------------------------------------------------
     @property
@@ -287,6 +289,7 @@ class ParameterServer(Collectives):
 
     def _next_from_server(self, block: bool) -> tuple[torch.Tensor, torch.Tensor]:
         t0 = time.perf_counter()
+        assert self.inbox is not None, "setup() starts the receiver threads"
         got = self.inbox.get(self.timeout if block else 0.0)
         self.comm_time += time.perf_counter() - t0
         if got is None:
@@ -496,6 +499,7 @@ class _ServerLoop:
     # ---- main loop ---------------------------------------------------------------------------
     def run(self) -> Iterator[ServerEvent]:
         ps = self.ps
+        assert ps.inbox is not None, "setup() starts the receiver threads"
         while self.live - self.done:
             deadline = self._deadline()
             t0 = time.perf_counter()

@@ -3,7 +3,7 @@ episode bookkeeping (running returns and the window of recently completed episod
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -42,7 +42,7 @@ class Collector:
             num_steps, N, env.obs_dim, act_shape, env.action_space.discrete, device
         )
         self.obs = env.reset(seed=seed)
-        z = dict(device=device)
+        z: dict[str, Any] = dict(device=device)
         self.ep_return = torch.zeros(N, **z)
         self.ep_length = torch.zeros(N, **z)
         self.done_return = torch.zeros(num_steps, N, **z)
@@ -52,11 +52,8 @@ class Collector:
         self.last_rollout_time = 0.0
         # reward scaling (policy.reward_norm): each env's discounted return G, and G per step
         self.disc_return = torch.zeros(N, **z)
-        self.disc_returns = torch.zeros(num_steps, N, **z) if policy.reward_norm else None
-
-    @property
-    def steps_per_rollout(self) -> int:
-        return self.buffer.num_steps * self.env.num_envs
+        steps = (num_steps, N) if policy.reward_norm else (0,)  # empty: no reward scaling
+        self.disc_returns = torch.zeros(steps, **z)
 
     # ---- rollout ---------------------------------------------------------------------------
     @torch.inference_mode()  # cheaper per op than no_grad; writes into normal buffers are fine
@@ -133,9 +130,7 @@ class Collector:
 
     # ---- what the rollout contributes to the agreed statistics ------------------------------
     def obs_moments(self) -> torch.Tensor:
-        """This rollout's observation moments, flat float64 (summed over ranks they merge)."""
-        obs = self.buffer.obs
-        return Moments.of(obs.reshape(-1, obs.shape[-1])).to_flat()
+        return obs_moments(self.buffer)
 
     def return_moments(self) -> torch.Tensor:
         """This rollout's discounted-return moments for the reward scale, flat float64 [3]."""
@@ -178,6 +173,20 @@ class Collector:
             self.disc_return = s["disc_return"].to(device)
 
 
+class RolloutSource(Protocol):
+    """What the learner role reads of a rollout: a ``Collector``'s own, or (learner-actor)
+    ``RemoteRollouts``, the rollouts its actors sent."""
+
+    buffer: RolloutBuffer
+    obs: torch.Tensor
+    """[N, obs_dim]: the observations after the rollout's last step (GAE bootstraps there)."""
+    last_rollout_time: float
+
+    def obs_moments(self) -> torch.Tensor: ...
+
+    def episode_window(self, iteration: int) -> torch.Tensor: ...
+
+
 class RemoteRollouts:
     """The learner role's stand-in for a collector when actors collect (learner-actor): the
     rollouts its ``slots`` actors sent, side by side in one [T, slots x N] buffer, their last
@@ -202,10 +211,17 @@ class RemoteRollouts:
         self.obs = torch.zeros(N, env.obs_dim, device=self.device)
         self.slots = slots
 
-    obs_moments = Collector.obs_moments
+    def obs_moments(self) -> torch.Tensor:
+        return obs_moments(self.buffer)
 
     def episode_window(self, iteration: int) -> torch.Tensor:
         return self.window
+
+
+def obs_moments(buffer: RolloutBuffer) -> torch.Tensor:
+    """A rollout's observation moments, flat float64 (summed over ranks they merge)."""
+    obs = buffer.obs
+    return Moments.of(obs.reshape(-1, obs.shape[-1])).to_flat()
 
 
 def episode_summary(rollout_times: torch.Tensor, windows: torch.Tensor) -> dict[str, Any]:

@@ -9,17 +9,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from distrl.runner.on_policy import OnPolicyRunner
+    from distrl.runner.base import Runner
 
 
 class Hooks:
-    def before_update(self, runner: OnPolicyRunner) -> None:
+    def before_update(self, runner: Runner) -> None:
         """After the rollout (and its finiteness check), before advantages and the update."""
 
-    def after_update(self, runner: OnPolicyRunner, metrics: dict[str, Any]) -> None:
+    def after_update(self, runner: Runner, metrics: dict[str, Any]) -> None:
         """After the update and the normalizer, before ``runner.iteration`` advances."""
 
-    def after_iteration(self, runner: OnPolicyRunner, record: dict[str, Any]) -> None:
+    def after_iteration(self, runner: Runner, record: dict[str, Any]) -> None:
         """After an iteration's record is logged (every role, the server's too)."""
 
 

@@ -29,10 +29,12 @@ from distrl.runner.collector import (  # noqa: F401 (the errors are part of this
     EnvStepError,
     NonFiniteEnvError,
     RemoteRollouts,
+    RolloutSource,
     episode_summary,
 )
 from distrl.runner.hooks import Hooks
 from distrl.runner.learner import Learner
+from distrl.storage.rollout import RolloutBuffer
 from distrl.telemetry import Telemetry
 
 
@@ -53,21 +55,35 @@ class OnPolicyRunner(Runner):
         slots = roles.remote_rollouts or 1
         self.learner = Learner(self.policy, cfg.agent, env.num_envs * slots, cfg.seed)
         self.ppo = self.learner.ppo
-        self.collector: Collector | RemoteRollouts | None = None
+        self.collector: Collector | None = None  # this rank's own envs
+        self.remote: RemoteRollouts | None = None  # or the rollouts other ranks collect
         if roles.collector:
             self.collector = Collector(
                 env, self.policy, cfg.agent.num_steps, strategy.rank, self.seed, cfg.agent.gamma
             )
-        elif roles.learner:  # learns from rollouts that other ranks collect
-            self.collector = RemoteRollouts(env, cfg.agent.num_steps, slots, env.device)
+        elif roles.learner:
+            self.remote = RemoteRollouts(env, cfg.agent.num_steps, slots, env.device)
         # what the parameter server's own runner keeps of its workers' statistics
         self._served: dict[str, Any] = {"times": {}, "windows": {}, "ev": None}
         strategy.setup(self.policy, self.ppo)
 
     # ---- counters ------------------------------------------------------------------------
     @property
-    def buffer(self):
-        return self.collector.buffer
+    def rollouts(self) -> RolloutSource:
+        """What the learner role trains on: this rank's rollout, or its actors'."""
+        source = self.collector or self.remote
+        if source is None:
+            raise RuntimeError(f"rank {self.strategy.rank} neither collects nor learns")
+        return source
+
+    @property
+    def buffer(self) -> RolloutBuffer:
+        return self.rollouts.buffer
+
+    def own_collector(self) -> Collector:
+        if self.collector is None:
+            raise RuntimeError(f"rank {self.strategy.rank} does not collect")
+        return self.collector
 
     @property
     def steps_per_iteration(self) -> int:
@@ -81,10 +97,10 @@ class OnPolicyRunner(Runner):
 
     # ---- one iteration ----------------------------------------------------------------------
     def rollout(self) -> None:
-        self.collector.rollout(self.iteration)
+        self.own_collector().rollout(self.iteration)
 
     def collect(self) -> None:
-        c = self.collector
+        c = self.own_collector()
         t0 = time.perf_counter()
         c.rollout(self.iteration)
         c.last_rollout_time = time.perf_counter() - t0  # every collector's is agreed
@@ -105,12 +121,13 @@ class OnPolicyRunner(Runner):
         rollout's (global) observation and discounted-return moments."""
         for h in self.hooks:
             h.before_update(self)
-        c, buf = self.collector, self.collector.buffer
+        c = self.rollouts
+        buf = c.buffer
         self.learner.advantages(buf, c.obs)
         rollout_time = torch.tensor([c.last_rollout_time], dtype=torch.float64)
         sums = {"batch": PPO.batch_sums(buf), "obs": c.obs_moments()}
-        if self.policy.reward_norm is not None:
-            sums["ret"] = c.return_moments()
+        if self.policy.reward_norm is not None:  # learner-actor refuses reward scaling
+            sums["ret"] = self.own_collector().return_moments()
         agreed = self.strategy.reduce_stats(
             sums=sums,
             gather={"rollout_time": rollout_time, "episodes": c.episode_window(self.iteration)},
@@ -126,7 +143,7 @@ class OnPolicyRunner(Runner):
         """The normalizers take in the moments summed over every collector (count-weighted)."""
         if self.policy.normalizer.enabled:
             self.policy.normalizer.update(Moments.from_flat_sum(obs))
-        if self.policy.reward_norm is not None:
+        if self.policy.reward_norm is not None and ret is not None:
             self.policy.reward_norm.update(Moments.from_flat_sum(ret))
 
     # ---- the server's view (parameter server) ----------------------------------------------
@@ -166,13 +183,14 @@ class OnPolicyRunner(Runner):
 
     def rank_state(self) -> dict[str, Any]:
         """What differs per rank: the collector's state and this rank's minibatch shuffle."""
-        own = self.collector.state_dict() if self.strategy.roles.collector else {}
+        own = self.collector.state_dict() if self.collector is not None else {}
         return {**own, "shuffle_rng": self.learner.shuffle_gen.get_state()}
 
     def load_rank_state(self, mine: dict[str, Any]) -> None:
-        if self.strategy.roles.collector and mine:
+        if self.collector is not None and mine:
             self.collector.load_state_dict(mine)
-        if self.collector is not None and "shuffle_rng" in mine:  # this rank's own shuffle
+        has_rollouts = self.collector is not None or self.remote is not None
+        if has_rollouts and "shuffle_rng" in mine:  # this rank's own shuffle
             self.learner.shuffle_gen.set_state(mine["shuffle_rng"])
 
     def close(self) -> None:

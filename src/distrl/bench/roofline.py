@@ -16,9 +16,9 @@ matmul limit, phase by phase, all in one process.
    physics is not a matmul: ``env.step`` alone on random actions, ``num_steps`` steps, counts at
    its measured time. Storage, the optimizer (a few thousand parameters) and the rest have no
    compute bound worth the name at these sizes: bound 0.
-4. **The real iteration**, as ``OnPolicyRunner.learn`` runs it (rollout, NaN check, learn_step),
-   split into phases by timers wrapped around the runner's own objects in this process only
-   (instance attributes; ``distrl train`` runs the unwrapped code):
+4. **The real iteration**, as ``distrl train`` runs it (``Runner.iterate``: rollout, NaN
+   check, learn_step), split into phases by timers wrapped around the runner's own objects in
+   this process only (instance attributes; ``distrl train`` runs the unwrapped code):
 
    rollout_policy   ``policy.act`` (and V(final obs) on truncations) during the rollout
    env_step         ``env.step`` during the rollout
@@ -196,7 +196,7 @@ class PhaseTimer:
 def instrument(runner) -> PhaseTimer:
     """Wrap the pieces of one iteration that the phases are made of."""
     timer = PhaseTimer(runner.env.device)
-    timer.wrap(runner, "rollout", "rollout")
+    timer.wrap(runner, "collect", "rollout")  # the rollout and its NaN/Inf check
     timer.wrap(runner, "learn_step", "learn")
     timer.wrap(runner.policy, "act", "act")
     timer.wrap(runner.policy, "value", "value")
@@ -231,15 +231,10 @@ def phase_times(totals: Counter[str], t_iter: float) -> dict[str, float]:
 
 # ---- one iteration, as the runner's loop runs it -----------------------------------------------
 def iteration(runner, timer: PhaseTimer) -> float:
-    """One iteration of ``OnPolicyRunner.learn``'s loop without logging; its wall time."""
+    """One training iteration as ``distrl train`` runs it (``Runner.iterate``); its wall time."""
     timer.sync()
     t0 = time.perf_counter()
-    runner.ppo.schedule_lr(runner.iteration)
-    runner.rollout()
-    if runner.cfg.env.check_finite:
-        runner.collector.check_finite(runner.iteration)
-    runner.learn_step()
-    runner.iteration += 1
+    runner.iterate()
     timer.sync()
     return time.perf_counter() - t0
 

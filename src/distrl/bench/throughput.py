@@ -111,15 +111,14 @@ def measure(
     env = make_env(cfg, ctx.device)
     runner = OnPolicyRunner(cfg, make_strategy(cfg, ctx), env)
     steps_per_it = num_envs * num_steps
-    runner.rollout()  # warm-up (allocator, first-call overheads)
-    if case == "e2e":
-        runner.learn_step()
+    # e2e: one whole training iteration, exactly as `distrl train` runs it (Runner.iterate:
+    # rollout, checks, update, record; logging goes to the null telemetry)
+    step = runner.iterate if case == "e2e" else runner.rollout
+    step()  # warm-up (allocator, first-call overheads)
     times = []
     for _ in range(iterations):
         t0 = time.perf_counter()
-        runner.rollout()
-        if case == "e2e":
-            runner.learn_step()
+        step()
         times.append(time.perf_counter() - t0)
     times.sort()
     med = times[len(times) // 2]

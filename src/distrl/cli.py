@@ -61,7 +61,8 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
         default=defaults,
         args=argv[1:],
         prog=f"train {task.name}",
-        config=(tyro.conf.FlagConversionOff,),  # `--distributed True`, as seed 000 writes it
+        # `--distributed True`, as DD-PPO's torchrun recipe writes it
+        config=(tyro.conf.FlagConversionOff,),
     )
     if cfg.task != task.name:
         raise ValueError(

@@ -1,4 +1,5 @@
-"""Learners apart from actors (seed 003): ``--dist.strategy learner-actor --dist.learners L``.
+"""Learners apart from actors, weights pushed through a routing table:
+``--dist.strategy learner-actor --dist.learners L``.
 
 Ranks 0..L-1 learn: they train on their actors' rollouts, with one gradient all-reduce per
 minibatch in their own process group (``new_group``), exactly as ``allreduce`` does among all

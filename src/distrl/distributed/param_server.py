@@ -1,8 +1,8 @@
 """Parameter-server strategies: bulk synchronous (BSP), asynchronous (ASP) and bounded
-staleness (BAP), after seed 001 (MALib). Rank 0 serves: it holds the authoritative parameters,
-the optimizer, the learning rate and the normalizer, and takes every decision (skip on NaN/Inf,
-early stop on KL, adaptive LR). Ranks 1.. are workers: they collect, compute gradients, and
-apply the parameters the server sends back.
+staleness (BAP), after MALib's parameter-server modes. Rank 0 serves: it holds the
+authoritative parameters, the optimizer, the learning rate and the normalizer, and takes every
+decision (skip on NaN/Inf, early stop on KL, adaptive LR). Ranks 1.. are workers: they collect,
+compute gradients, and apply the parameters the server sends back.
 
 Transport: point-to-point ``send``/``recv`` of fixed-size float32 messages, no pickling in the
 hot path. Each process runs one receiver thread per peer that blocks in ``recv`` and queues what

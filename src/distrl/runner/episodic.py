@@ -1,4 +1,4 @@
-"""The multi-task episodic loop of seed 004 (RIPT, Tan et al. 2025, "Interactive Post-Training
+"""Multi-task episodic RLOO, as RIPT does it (Tan et al. 2025, "Interactive Post-Training
 for Vision-Language-Action Models"): per iteration each rank trains one task of its shard on
 exactly ``data_batch_size`` episodes with RLOO advantages and PPO-clip epochs.
 

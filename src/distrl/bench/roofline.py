@@ -109,7 +109,7 @@ REFERENCE = ("fwd", 512, 512, 512)
 # ---- configuration ---------------------------------------------------------------------------
 def train_config(a: RooflineArgs):
     """The task's default config with the bench's overrides, parsed as `train` parses them."""
-    from distrl.cli import parse_train_args
+    from distrl.args import parse_train_args
     from distrl.envs.registry import get_task
 
     if get_task(a.task).suite is not None:

@@ -14,11 +14,12 @@ messages with a header, no pickling in the hot path; one receiver thread per pee
 so that waits have deadlines and a dead peer's closed connection names it; sends with a
 timeout.
 
-- actor -> learner: ``[kind, actor, version, iteration, rollout seconds, part, parts, length |
-  payload]``, fixed size; the payload is the rollout (obs, actions, log-probs, values, rewards,
+- actor -> learner: an ``ActorHeader`` (kind, sender, version, iteration, rollout seconds, part,
+  parts, length; ``distributed/messages.py``) and its payload, fixed size; the payload is the
+  rollout (obs, actions, log-probs, values, rewards,
   terminated, truncated, final values, last obs, episode window), or a part of the actor's
   checkpoint state, or nothing (DONE);
-- learner -> actor: a header ``[kind, version, failed rank, 0]``, then (WEIGHTS) the chunks
+- learner -> actor: a ``LearnerHeader`` (kind, version, failed rank), then (WEIGHTS) the chunks
   this learner owns for this actor, each its own message, in chunk order. The weights are the
   flat parameters and the buffers (normalizer statistics, as float64 words).
 
@@ -51,6 +52,7 @@ from distrl.distributed.allreduce import AllReduceStrategy, verify_identical
 from distrl.distributed.base import Roles, RunnerParts
 from distrl.distributed.collectives import Collectives
 from distrl.distributed.context import DistContext, PeerFailure, _store
+from distrl.distributed.messages import ActorHeader, LearnerHeader, frame, kind_of
 from distrl.distributed.param_server import (
     Inbox,
     bytes_payload,
@@ -65,7 +67,6 @@ from distrl.distributed.routing import RoutingTable, routing_table
 WEIGHTS, BYE, ABORT = 1, 2, 3
 # actor -> learner kinds
 ROLLOUT, STATE, DONE = 1, 2, 3
-UP_HEADER, DOWN_HEADER = 8, 4
 WINDOW_ROWS = 100  # runner/collector.WINDOW (not imported: distributed/ stays below runner/)
 
 
@@ -215,7 +216,7 @@ class LearnerActor(Collectives):
         self.sync_numel = sum(numels)
         self.codec = self._codec(policy)
         self.capacity = max(self.codec.numel, 4096)
-        size = UP_HEADER + self.capacity
+        size = ActorHeader.size() + self.capacity
         if self.is_learner:
             self.inbox = Inbox(self.mine, size, last_kind=DONE)
             self.pending: dict[int, deque] = {a: deque() for a in self.mine}
@@ -271,7 +272,7 @@ class LearnerActor(Collectives):
         sent = 0
         routes = self.table.sends(self.rank)
         for actor in sorted(self.targets):
-            head = torch.tensor([WEIGHTS, self.version, -1, 0], dtype=torch.float32)
+            head = LearnerHeader(WEIGHTS, version=self.version, failed=-1).words()
             mine = [r for r in routes if r.actor == actor]
             try:
                 self._send(head, actor)
@@ -292,9 +293,9 @@ class LearnerActor(Collectives):
 
     def _receive_weights(self, learner: int) -> torch.Tensor:
         """Actor receiver thread: one header, then (WEIGHTS) this learner's chunks."""
-        head = torch.empty(DOWN_HEADER)
+        head = torch.empty(LearnerHeader.size())
         dist.recv(head, src=learner)
-        if int(head[0]) != WEIGHTS:
+        if kind_of(head) != WEIGHTS:
             return head
         routes = self.routes_from[learner]
         payload = torch.empty(sum(r.chunk.numel for r in routes))
@@ -331,9 +332,10 @@ class LearnerActor(Collectives):
                     f"rank {self.rank}/{self.world_size} (actor): lost learner rank {learner}: "
                     f"{_first_line(msg)}"
                 ) from msg
-            kind, version = int(msg[0]), int(msg[1])
+            header = LearnerHeader.read(msg)
+            kind, version = header.kind, header.version
             if kind == ABORT:
-                who = int(msg[2])
+                who = header.failed
                 name = f"learner rank {who}" if who >= 0 else "a learner"
                 raise PeerFailure(
                     f"rank {self.rank}/{self.world_size} (actor): {name} failed (reported by "
@@ -344,7 +346,7 @@ class LearnerActor(Collectives):
                 if block and self.byes >= set(self.learners):
                     return
                 continue
-            self.arrived.setdefault(version, {})[learner] = msg[DOWN_HEADER:]
+            self.arrived.setdefault(version, {})[learner] = msg[LearnerHeader.size() :]
             if len(self.arrived[version]) == self.L:
                 self._apply(version)
                 if block:
@@ -375,14 +377,22 @@ class LearnerActor(Collectives):
         self.version = version
 
     # ---- rollouts: actors send, learners receive ---------------------------------------------
-    def _up(self, kind: int, payload: torch.Tensor, **h: float) -> None:
+    def _up(
+        self, kind: int, payload: torch.Tensor, iteration: int = 0, seconds: float = 0.0
+    ) -> None:
         parts = to_parts(payload, self.capacity)
         for i, part in enumerate(parts):
-            msg = torch.zeros(UP_HEADER + self.capacity)
-            head = [kind, self.rank, h.get("version", self.version), h.get("iteration", 0)]
-            head += [h.get("seconds", 0.0), i, len(parts), part.numel()]
-            msg[:UP_HEADER] = torch.tensor(head, dtype=torch.float64).float()
-            msg[UP_HEADER : UP_HEADER + part.numel()] = part
+            head = ActorHeader(
+                kind,
+                sender=self.rank,
+                version=self.version,
+                iteration=iteration,
+                seconds=seconds,
+                part=i,
+                parts=len(parts),
+                length=part.numel(),
+            )
+            msg = frame(head, part, self.capacity)
             try:
                 t0 = time.perf_counter()
                 self._send(msg, self.my_learner)
@@ -418,17 +428,17 @@ class LearnerActor(Collectives):
             self._drop(actor, f"its connection failed: {_first_line(msg)}")
             return
         self.last_seen[actor] = now
-        head = msg[:UP_HEADER]
-        kind, part, parts = int(head[0]), int(head[5]), int(head[6])
-        payload = msg[UP_HEADER : UP_HEADER + int(head[7])]
+        head = ActorHeader.read(msg)
+        kind, part, parts = head.kind, head.part, head.parts
+        payload = ActorHeader.payload(msg)
         if kind == ROLLOUT:
-            self.pending[actor].append((int(head[2]), float(head[4]), payload.clone()))
+            self.pending[actor].append((head.version, head.seconds, payload.clone()))
         elif kind == STATE:
             self.parts[actor].append(payload.clone())
             if part == parts - 1:
                 state = from_bytes_payload(torch.cat(self.parts[actor]))
                 self.parts[actor] = []
-                self.states[(actor, int(head[3]))] = state
+                self.states[(actor, head.iteration)] = state
         elif kind == DONE:
             self.done.add(actor)
 
@@ -600,7 +610,7 @@ class LearnerActor(Collectives):
         if self.is_learner:
             for a in sorted(self.targets):
                 try:
-                    self._send(torch.tensor([BYE, self.version, -1, 0.0]), a)
+                    self._send(LearnerHeader(BYE, version=self.version, failed=-1).words(), a)
                 except RuntimeError as e:
                     self._drop(a, f"sending BYE failed: {_first_line(e)}")
             deadline = time.perf_counter() + self.timeout
@@ -616,7 +626,7 @@ class LearnerActor(Collectives):
         who = _stalest(self.learners, self.rank)
         for a in sorted(self.targets):
             with contextlib.suppress(Exception):  # it may be gone too
-                self._send(torch.tensor([ABORT, self.version, float(who), 0.0]), a)
+                self._send(LearnerHeader(ABORT, version=self.version, failed=who).words(), a)
         self.targets.clear()
 
 

@@ -11,11 +11,11 @@ busy-polling, and a dead peer's closed connection names that peer exactly. (Gloo
 ``irecv().is_completed()`` never turned true here without ``wait()``, and a timed-out
 ``wait`` consumes the receive, so neither can poll.)
 
-Messages, worker -> server: ``[kind, worker, version, iteration, samples, part, parts, nsums,
-length | payload]``; server -> worker: ``[kind, version, action, lr, kl, pg, vl, ent, cf, part,
-parts, length | payload]``, padded to one fixed size per direction. Payloads longer than one
-message (statistics of tiny models, checkpoint state)
-travel in parts. Header integers are exact in float32 below 2**24.
+Messages (``distributed/messages.py``): worker -> server a ``WorkerHeader`` (kind, sender,
+version, iteration, samples, part, parts, nsums, length), server -> worker a ``ServerHeader``
+(kind, version, action, lr, the decision statistics, part, parts, length), each followed by its
+payload and padded to one fixed size per direction. Payloads longer than one message
+(statistics of tiny models, checkpoint state) travel in parts.
 
 Modes (per minibatch; a "round" is each worker's r-th gradient):
 
@@ -57,9 +57,9 @@ from distrl.config import TrainConfig
 from distrl.distributed.base import Agreed, Roles, RunnerParts, StatsLayout
 from distrl.distributed.collectives import Collectives
 from distrl.distributed.context import DistContext, PeerFailure
+from distrl.distributed.messages import ServerHeader, WorkerHeader, frame, kind_of
 
 SERVER = 0
-UP_HEADER, DOWN_HEADER = 9, 12
 # worker -> server kinds
 STATS, GRAD, STATE, DONE = 1, 2, 3, 4
 # server -> worker kinds
@@ -104,7 +104,7 @@ class Inbox:
             while True:
                 msg = recv(peer)
                 self.queue.put((peer, msg))
-                if int(msg[0]) in last:
+                if kind_of(msg) in last:
                     return
         except Exception as e:  # connection closed (peer died) or the backend's timeout
             self.queue.put((peer, e))
@@ -189,24 +189,21 @@ class ParameterServer(Collectives):
         self.num_grad = num_grad
         self.capacity = max(num_grad + 6, 4096)
 
-    def _up(self, kind: int, payload: torch.Tensor, **h: float) -> None:
+    def _up(self, kind: int, payload: torch.Tensor, **h: int) -> None:
         parts = to_parts(payload, self.capacity)
         for i, part in enumerate(parts):
-            msg = torch.zeros(UP_HEADER + self.capacity)
-            msg[:UP_HEADER] = torch.tensor(
-                [
-                    kind,
-                    self.rank,
-                    self.version,
-                    h.get("iteration", 0),
-                    h.get("samples", 0),
-                    i,
-                    len(parts),
-                    h.get("nsums", 0),
-                    part.numel(),
-                ]
+            head = WorkerHeader(
+                kind,
+                sender=self.rank,
+                version=self.version,
+                iteration=h.get("iteration", 0),
+                samples=h.get("samples", 0),
+                part=i,
+                parts=len(parts),
+                nsums=h.get("nsums", 0),
+                length=part.numel(),
             )
-            msg[UP_HEADER : UP_HEADER + part.numel()] = part
+            msg = frame(head, part, self.capacity)
             try:
                 self._timed(self._send, msg, SERVER)
             except PeerFailure as e:
@@ -221,12 +218,23 @@ class ParameterServer(Collectives):
         d = decision or Decision("step", (0.0,) * 5)
         stats = d.stats or (0.0,) * 5
         parts = to_parts(payload, self.capacity)
+        kl, pg, vl, ent, cf = stats
         for i, part in enumerate(parts):
-            msg = torch.zeros(DOWN_HEADER + self.capacity)
-            head = [kind, self.version, ACTIONS.index(d.action), self.lr, *stats, i, len(parts)]
-            head.append(part.numel())
-            msg[:DOWN_HEADER] = torch.tensor(head, dtype=torch.float64).float()
-            msg[DOWN_HEADER : DOWN_HEADER + part.numel()] = part
+            head = ServerHeader(
+                kind,
+                version=self.version,
+                action=ACTIONS.index(d.action),
+                lr=self.lr,
+                approx_kl=kl,
+                pg_loss=pg,
+                v_loss=vl,
+                entropy=ent,
+                clipfrac=cf,
+                part=i,
+                parts=len(parts),
+                length=part.numel(),
+            )
+            msg = frame(head, part, self.capacity)
             try:
                 self._timed(self._send, msg, worker)
             except PeerFailure as e:
@@ -265,17 +273,19 @@ class ParameterServer(Collectives):
         tensors = list(policy.parameters()) + list(policy.buffers())
         self.broadcast_tensors_(tensors)
         if self.roles.server:
-            self.inbox = Inbox(self.workers, UP_HEADER + self.capacity, last_kind=DONE)
+            self.inbox = Inbox(self.workers, WorkerHeader.size() + self.capacity, last_kind=DONE)
         else:
-            self.inbox = Inbox([SERVER], DOWN_HEADER + self.capacity, last_kind=BYE)
+            self.inbox = Inbox([SERVER], ServerHeader.size() + self.capacity, last_kind=BYE)
 
-    def _receive(self, want: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _receive(self, want: int) -> tuple[ServerHeader, torch.Tensor]:
         """Block until the server's next ``want`` message (parameters that arrive first are
         applied on the way); returns (header, payload), parts joined."""
         parts: list[torch.Tensor] = []
         while True:
-            header, payload = self._next_from_server(block=True)
-            kind = int(header[0])
+            got = self._next_from_server(block=True)
+            assert got is not None  # a blocking wait raises instead
+            header, payload = got
+            kind = header.kind
             if kind == PARAMS:
                 self._apply_params(header, payload)
                 if want == PARAMS:
@@ -284,17 +294,17 @@ class ParameterServer(Collectives):
             if kind != want:
                 raise RuntimeError(f"rank {self.rank}: expected message {want}, got {kind}")
             parts.append(payload)
-            if int(header[9]) == int(header[10]) - 1:
+            if header.part == header.parts - 1:
                 return header, torch.cat(parts)
 
-    def _next_from_server(self, block: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _next_from_server(self, block: bool) -> tuple[ServerHeader, torch.Tensor] | None:
         t0 = time.perf_counter()
         assert self.inbox is not None, "setup() starts the receiver threads"
         got = self.inbox.get(self.timeout if block else 0.0)
         self.comm_time += time.perf_counter() - t0
         if got is None:
             if not block:
-                return None  # type: ignore[return-value]
+                return None
             raise PeerFailure(
                 f"rank {self.rank}/{self.world_size}: the parameter server (rank 0) sent nothing "
                 f"for --dist.timeout={self.timeout:g}s; it died or stalled"
@@ -305,12 +315,12 @@ class ParameterServer(Collectives):
                 f"rank {self.rank}/{self.world_size}: lost the parameter server (rank 0): "
                 f"{str(msg).strip().splitlines()[0]}"
             ) from msg
-        return msg[:DOWN_HEADER], msg[DOWN_HEADER : DOWN_HEADER + int(msg[DOWN_HEADER - 1])]
+        return ServerHeader.read(msg), ServerHeader.payload(msg)
 
-    def _apply_params(self, header: torch.Tensor, payload: torch.Tensor) -> None:
-        self.version = int(header[1])
-        action = ACTIONS[int(header[2])]
-        self.last = Decision(action, tuple(header[4:9].double().tolist()))
+    def _apply_params(self, header: ServerHeader, payload: torch.Tensor) -> None:
+        self.version = header.version
+        action = ACTIONS[header.action]
+        self.last = Decision(action, header.stats)
         if action == "stop" and self.version > self.iteration_first_round:
             self.stop_seen = True  # a round of the current iteration was stopped
         self.learner.flat_param.data.copy_(payload[: self.num_grad])
@@ -355,7 +365,7 @@ class ParameterServer(Collectives):
         row = layout.pack(sums, gather)
         self._up(STATS, pack64(row), iteration=self._iteration, nsums=layout.num_sums)
         header, reply = self._receive(STATS_REPLY)
-        if ACTIONS[int(header[2])] == "stop":  # the server's own early stop
+        if ACTIONS[header.action] == "stop":  # the server's own early stop
             self.stop_requested = True
         total = unpack64(reply[: 2 * layout.num_sums])
         device = next(iter(sums.values())).device
@@ -570,9 +580,9 @@ class _ServerLoop:
 
     # ---- messages ----------------------------------------------------------------------------
     def _handle(self, worker: int, msg: torch.Tensor) -> Iterator[ServerEvent]:
-        head = msg[:UP_HEADER]
-        payload = msg[UP_HEADER : UP_HEADER + int(head[8])]
-        kind, part, parts = int(head[0]), int(head[5]), int(head[6])
+        head = WorkerHeader.read(msg)
+        payload = WorkerHeader.payload(msg)
+        kind, part, parts = head.kind, head.part, head.parts
         if parts > 1:
             self.parts[worker].append(payload)
             if part < parts - 1:
@@ -580,19 +590,18 @@ class _ServerLoop:
             payload = torch.cat(self.parts[worker])
             self.parts[worker] = []
         if kind == GRAD:
-            self._on_grad(worker, payload, version=int(head[2]), samples=int(head[4]))
+            self._on_grad(worker, payload, version=head.version, samples=head.samples)
         elif kind == STATS:
-            it = int(head[3])
-            yield from self._advance(worker, it)
-            self._on_stats(worker, payload, nsums=int(head[7]))
+            yield from self._advance(worker, head.iteration)
+            self._on_stats(worker, payload, nsums=head.nsums)
         elif kind == STATE:
-            it = int(head[3])
+            it = head.iteration
             state = self.latest[worker] = from_bytes_payload(payload)
             self.states.setdefault(it, {})[worker] = state
             yield from self._maybe_checkpoint()
         elif kind == DONE:
             self.done.add(worker)
-            yield from self._advance(worker, int(head[3]))
+            yield from self._advance(worker, head.iteration)
             # rounds and stats no longer wait for a finished worker
             for k in sorted(self.rounds):
                 if k >= self.closed and set(self.rounds[k].grads) >= self.live - self.done:

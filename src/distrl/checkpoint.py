@@ -76,8 +76,6 @@ without them compares equal), so checkpoints from before the field existed still
 _IGNORED_ON_RESUME = ("resume",)
 """Fields whose change on resume is expected and not worth a note."""
 
-_HASH_CHUNK = 1 << 20
-
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used; ``str()`` names the file and the reason."""

@@ -252,19 +252,11 @@ def _positive(errors: list[str], name: str, value: float, fix: str) -> None:
         errors.append(f"{name} must be positive, got {value}; {fix}")
 
 
-def validate(cfg: TrainConfig, known_tasks: list[str] | None = None) -> TrainConfig:
-    """Check every relation between fields; raise one ValueError listing every problem."""
+def validate(cfg: TrainConfig) -> TrainConfig:
+    """Check every relation between fields; raise one ValueError listing every problem. (An
+    unknown task is refused by the registry, with close matches, before this runs.)"""
     errors: list[str] = []
     a, e = cfg.agent, cfg.env
-    if known_tasks is not None and cfg.task not in known_tasks:
-        import difflib
-
-        close = difflib.get_close_matches(cfg.task, known_tasks, n=3, cutoff=0.4)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        errors.append(
-            f"unknown task {cfg.task!r}.{hint} Run `distrl list` for every task, or use "
-            f"gym:<Id> for a Gymnasium environment."
-        )
     _positive(errors, "--env.num-envs", e.num_envs, "set it to 1 or more")
     _positive(errors, "--agent.num-steps", a.num_steps, "set it to 1 or more")
     _positive(errors, "--agent.max-iterations", a.max_iterations, "set it to 1 or more")

@@ -11,8 +11,6 @@ core count are allowed (they only time-slice), see docs/reliability.md.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -206,14 +204,11 @@ def test_bad_configuration_is_refused_before_anything_starts(
     for part in expected:
         assert part in message, f"{part!r} not in:\n{message}"
 
-    # ... and the command line prints exactly that and exits 2, quickly, having started nothing
-    t0 = time.monotonic()
+    # ... and the command line prints exactly that and exits 2, having started nothing
     code, out, err = run_main(["train", *argv], capsys)
-    secs = time.monotonic() - t0
     assert code == 2, out + err
     assert err == f"error: {message}\n", err
     assert "Traceback" not in out + err
-    assert secs < 3, secs
     assert not run_dir.exists(), "a refused configuration created the run directory"
     assert not dist.is_initialized()
     assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())

@@ -111,8 +111,10 @@ def test_a_lost_server_stops_every_worker_within_the_timeout(tmp_path, fault):
 
     timeout = 6.0
     dist = dict(strategy="ps-bsp", timeout=timeout)
+    # a worker names a silent server after 2 x timeout + 5 s (the server itself may spend up to
+    # the timeout on another, stalled worker first): distributed.param_server.coordinator_wait
     results, codes = ps(
-        tmp_path, dist, dict(max_iterations=100_000), dict(server=fault, after=2.0), timeout=30
+        tmp_path, dist, dict(max_iterations=100_000), dict(server=fault, after=2.0), timeout=45
     )
     t_fault = json.loads((tmp_path / "server_fault.json").read_text())["t"]
     for w in (1, 2):

@@ -10,6 +10,8 @@ import contextlib
 import ctypes
 import datetime
 import os
+import signal
+import socket
 import time
 from dataclasses import dataclass
 
@@ -175,11 +177,19 @@ def init(cfg: TrainConfig) -> DistContext:
                 timeout=datetime.timedelta(seconds=cfg.dist.timeout),
                 device_id=device if device.type == "cuda" else None,
             )
+        store = _store()
+        if store is not None:  # where this rank runs, for release_dropped
+            store.set(f"distrl/pid/{rank}", f"{socket.gethostname()} {os.getpid()}")
     return DistContext(rank, local_rank, world, local_world, device, backend)
 
 
 class PeerFailure(RuntimeError):
     """A collective failed: a peer died, stalled past --dist.timeout, or lost its connection."""
+
+
+class RankDropped(PeerFailure):
+    """This rank was dropped by the strategy (a parameter server or a learner went on without
+    it, e.g. after it stalled); the run goes on, and this rank should leave quietly."""
 
 
 def _store():
@@ -199,6 +209,54 @@ def heartbeat(ctx: DistContext, iteration: int) -> None:
     if store is not None:
         with contextlib.suppress(Exception):
             store.set(f"distrl/alive/{ctx.rank}", f"{iteration} {time.time():.3f}")
+        why = dropped_reason(ctx.rank)
+        if why is not None:
+            raise RankDropped(f"rank {ctx.rank}: dropped from the run: {why}")
+
+
+def dropped_reason(rank: int) -> str | None:
+    """Why ``rank`` was dropped (``release_dropped``), or None: not dropped, or no store."""
+    store = _store()
+    key = f"distrl/dropped/{rank}"
+    try:
+        return store.get(key).decode() if store is not None and store.check([key]) else None
+    except Exception:  # the store's host (rank 0) is gone
+        return None
+
+
+def mark_left(rank: int) -> None:
+    """A dropped rank says it is leaving (``release_dropped`` waits for this)."""
+    store = _store()
+    if store is not None:
+        with contextlib.suppress(Exception):
+            store.set(f"distrl/left/{rank}", "1")
+
+
+def release_dropped(dropped: dict[int, str], wait: float) -> list[int]:
+    """Let ranks the strategy dropped leave: mark each in the store with why, wake those on
+    this host (SIGCONT: a stalled rank may be stopped), and wait up to ``wait`` s for each to
+    say it left (it then exits 0). Without this, torchrun's agent waits for a stopped rank
+    forever after the others finished. Returns the ranks that did not leave in time (on
+    another host and still stopped, say)."""
+    store = _store()
+    if store is None or not dropped:
+        return []
+    waiting = set(dropped)
+    for r, why in dropped.items():
+        with contextlib.suppress(Exception):
+            store.set(f"distrl/dropped/{r}", why)
+            host, pid = store.get(f"distrl/pid/{r}").decode().split()
+            if host == socket.gethostname():
+                if _gone(int(pid)):
+                    waiting.discard(r)  # it died: nothing to wait for
+                else:
+                    os.kill(int(pid), signal.SIGCONT)
+    deadline = time.time() + wait
+    while waiting and time.time() < deadline:
+        with contextlib.suppress(Exception):
+            waiting -= {r for r in waiting if store.check([f"distrl/left/{r}"])}
+        time.sleep(0.1)
+    return sorted(waiting)
 
 
 def silent_ranks(ctx: DistContext) -> str:
@@ -252,6 +310,15 @@ def shutdown(clean: bool = True, peer_lost: bool = False) -> None:
             with contextlib.suppress(Exception):  # a peer already gone: nothing to wait for
                 dist.barrier()
         dist.destroy_process_group()
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (or is a zombie waiting for its parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
 
 
 def rank_seed(base_seed: int, rank: int) -> int:

@@ -51,13 +51,16 @@ from distrl.config import TrainConfig
 from distrl.distributed.allreduce import AllReduceStrategy, verify_identical
 from distrl.distributed.base import Roles, RunnerParts
 from distrl.distributed.collectives import Collectives
-from distrl.distributed.context import DistContext, PeerFailure, _store
+from distrl.distributed.context import DistContext, PeerFailure, _store, release_dropped
 from distrl.distributed.messages import ActorHeader, LearnerHeader, frame, kind_of
 from distrl.distributed.param_server import (
     Inbox,
     bytes_payload,
+    coordinator_wait,
     from_bytes_payload,
     pack64,
+    pair_groups,
+    receiver,
     to_parts,
     unpack64,
 )
@@ -184,12 +187,14 @@ class LearnerActor(Collectives):
         # their own so they never share connections with the receiver threads' point-to-point.
         self.learner_group = dist.new_group(self.learners)
         self.object_group = dist.new_group(list(range(W)))
+        self.pairs = pair_groups(self.learners, self.actors, cfg.dist.timeout)  # point-to-point
         if self.is_learner:
             self.group, self.group_size = self.learner_group, L
         self.version = 0
         self.live = set(self.mine)  # learner: own actors still alive
         self.targets = set(self.actors)  # learner: actors it still sends weights to
         self.messages: list[str] = []
+        self.dropped: dict[int, str] = {}  # learner: actor -> why
         self._acc = self._fresh()
 
     @property
@@ -218,7 +223,7 @@ class LearnerActor(Collectives):
         self.capacity = max(self.codec.numel, 4096)
         size = ActorHeader.size() + self.capacity
         if self.is_learner:
-            self.inbox = Inbox(self.mine, size, last_kind=DONE)
+            self.inbox = Inbox(self.mine, size, DONE, receiver(size, self._pair))
             self.pending: dict[int, deque] = {a: deque() for a in self.mine}
             self.parts: dict[int, list[torch.Tensor]] = {a: [] for a in self.mine}
             self.states: dict[tuple[int, int], Any] = {}
@@ -286,15 +291,20 @@ class LearnerActor(Collectives):
         self._acc["sync_time"] += dt
         self._acc["sync_bytes"] += sent
 
+    def _pair(self, peer: int) -> Any:
+        """The process group of this rank and ``peer`` (one learner and one actor)."""
+        return self.pairs[(self.rank, peer) if self.is_learner else (peer, self.rank)]
+
     def _send(self, t: torch.Tensor, peer: int, tag: int = 0) -> None:
-        work = dist.isend(t.contiguous(), dst=peer, tag=tag)
+        work = dist.isend(t.contiguous(), dst=peer, tag=tag, group=self._pair(peer))
         assert work is not None  # None only for a rank outside the group
         work.wait(datetime.timedelta(seconds=self.timeout))
 
     def _receive_weights(self, learner: int) -> torch.Tensor:
         """Actor receiver thread: one header, then (WEIGHTS) this learner's chunks."""
         head = torch.empty(LearnerHeader.size())
-        dist.recv(head, src=learner)
+        group = self._pair(learner)
+        dist.recv(head, src=learner, group=group)
         if kind_of(head) != WEIGHTS:
             return head
         routes = self.routes_from[learner]
@@ -302,7 +312,7 @@ class LearnerActor(Collectives):
         off = 0
         for r in routes:
             n = r.chunk.numel
-            dist.recv(payload[off : off + n], src=learner, tag=1 + r.chunk.index)
+            dist.recv(payload[off : off + n], src=learner, tag=1 + r.chunk.index, group=group)
             off += n
         return torch.cat([head, payload])
 
@@ -317,13 +327,14 @@ class LearnerActor(Collectives):
 
     def _pump_weights(self, block: bool) -> None:
         while True:
-            got = self.inbox.get(self.timeout if block else 0.0)
+            wait = coordinator_wait(self.timeout)
+            got = self.inbox.wait(wait, self.rank, self.timeout) if block else self.inbox.get(0.0)
             if got is None:
                 if block:
                     raise PeerFailure(
                         f"rank {self.rank}/{self.world_size} (actor): no weights from the "
-                        f"learners (ranks {self.learners}) for --dist.timeout={self.timeout:g}s; "
-                        f"a learner died or stalled"
+                        f"learners (ranks {self.learners}) for {wait:g} s (2 x --dist.timeout + "
+                        f"5); a learner died or stalled"
                     )
                 return
             learner, msg = got
@@ -447,6 +458,7 @@ class LearnerActor(Collectives):
         if actor not in self.live:
             return
         self.live.discard(actor)
+        self.dropped[actor] = f"learner rank {self.rank} dropped it: {why}"
         self.messages.append(
             f"learner rank {self.rank}: dropped actor rank {actor}: {why}; training goes on "
             f"with actors {sorted(self.live)}"
@@ -548,6 +560,8 @@ class LearnerActor(Collectives):
             runner.log(record)
         self.verify_replicas(runner.policy)
         self.finish()
+        for r in release_dropped(self.dropped, coordinator_wait(self.timeout) + 5.0):  # exit 0
+            runner.message(f"learner rank {self.rank}: dropped actor rank {r} did not leave")
         return record
 
     def _act(self, runner: OnPolicyParts) -> dict[str, Any]:

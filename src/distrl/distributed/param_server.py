@@ -56,7 +56,13 @@ from distrl.algorithms.ppo import Decision, GradientLearner
 from distrl.config import TrainConfig
 from distrl.distributed.base import Agreed, Roles, RunnerParts, StatsLayout
 from distrl.distributed.collectives import Collectives
-from distrl.distributed.context import DistContext, PeerFailure
+from distrl.distributed.context import (
+    DistContext,
+    PeerFailure,
+    RankDropped,
+    dropped_reason,
+    release_dropped,
+)
 from distrl.distributed.messages import ServerHeader, WorkerHeader, frame, kind_of
 
 SERVER = 0
@@ -94,7 +100,7 @@ class Inbox:
     ):
         self.queue: queue.Queue = queue.Queue()
         last = last_kind if isinstance(last_kind, tuple) else (last_kind,)
-        recv = receive or (lambda peer: _recv_fixed(peer, size))
+        recv = receive or (lambda peer: _recv_fixed(peer, size, None))
         for peer in peers:
             t = threading.Thread(target=self._run, args=(peer, recv, last), daemon=True)
             t.start()
@@ -115,11 +121,57 @@ class Inbox:
         except queue.Empty:
             return None
 
+    def wait(
+        self, timeout: float, rank: int, silent: float
+    ) -> tuple[int, torch.Tensor | Exception] | None:
+        """``get`` for a worker or actor waiting on its coordinator. Past ``silent`` seconds
+        (when the coordinator drops a silent peer) it checks every 2 s whether it dropped this
+        rank (it had stalled, say), and then raises ``RankDropped`` at once instead of waiting
+        out the timeout. (A check asks the store on rank 0: it blocks while rank 0 is stopped,
+        so it is not made earlier.)"""
+        t0 = time.perf_counter()
+        deadline = t0 + timeout
+        while True:
+            now = time.perf_counter()
+            step = deadline - now if now < t0 + silent else 2.0
+            got = self.get(min(step, deadline - now))
+            if got is not None or time.perf_counter() >= deadline:
+                return got
+            if time.perf_counter() < t0 + silent:
+                continue
+            why = dropped_reason(rank)
+            if why is not None:
+                raise RankDropped(f"rank {rank}: dropped from the run: {why}")
 
-def _recv_fixed(peer: int, size: int) -> torch.Tensor:
+
+def _recv_fixed(peer: int, size: int, group: Any) -> torch.Tensor:
     msg = torch.empty(size)
-    dist.recv(msg, src=peer)
+    dist.recv(msg, src=peer, group=group)
     return msg
+
+
+def coordinator_wait(timeout: float) -> float:
+    """How long a worker (or actor) waits for its server (or learner) before naming it lost:
+    the coordinator may itself spend up to ``timeout`` finding out that another peer stalled
+    (a send to a stopped peer gives up only then), so a live peer must not give up at the same
+    instant. The coordinator detects a silent peer after ``timeout``."""
+    return 2.0 * timeout + 5.0
+
+
+def pair_groups(a: list[int], b: list[int], timeout: float) -> dict[tuple[int, int], Any]:
+    """One process group per (a, b) pair, for point-to-point messages between them. Every rank
+    must call this with the same lists (group creation is collective).
+
+    Why not the default group: with Gloo, a receive that times out on a silent (stopped) peer
+    breaks the context it ran in, and with it the connections to every other peer of that
+    context; the survivors then lost each other too. A pair's own context fails alone."""
+    span = datetime.timedelta(seconds=coordinator_wait(timeout))  # the backend's own limit
+    return {(x, y): dist.new_group([x, y], timeout=span) for x in a for y in b if x != y}
+
+
+def receiver(size: int, group_of: Callable[[int], Any]) -> Callable[[int], torch.Tensor]:
+    """An ``Inbox`` receive of fixed-size messages, each peer in its own pair group."""
+    return lambda peer: _recv_fixed(peer, size, group_of(peer))
 
 
 def to_parts(payload: torch.Tensor, capacity: int) -> list[torch.Tensor]:
@@ -170,6 +222,7 @@ class ParameterServer(Collectives):
             )
         self.mode, self.cfg = mode, cfg
         self.stats_agreed = mode == "bsp"  # asp/bap: what the server got since the last reply
+        self.pairs = pair_groups([SERVER], list(range(1, ctx.world_size)), cfg.dist.timeout)
         self.name = f"ps-{mode}"
         server = ctx.rank == SERVER
         self.roles = Roles(collector=not server, learner=not server, server=server)
@@ -247,7 +300,7 @@ class ParameterServer(Collectives):
     def _send(self, msg: torch.Tensor, peer: int) -> None:
         """A send that gives up after --dist.timeout (a plain Gloo send to a stopped peer waits
         forever once the socket buffer is full)."""
-        work = dist.isend(msg, dst=peer)
+        work = dist.isend(msg, dst=peer, group=self._pair(peer))
         assert work is not None  # None only for a rank outside the group
         work.wait(datetime.timedelta(seconds=self.timeout))
 
@@ -273,9 +326,15 @@ class ParameterServer(Collectives):
         tensors = list(policy.parameters()) + list(policy.buffers())
         self.broadcast_tensors_(tensors)
         if self.roles.server:
-            self.inbox = Inbox(self.workers, WorkerHeader.size() + self.capacity, last_kind=DONE)
+            size = WorkerHeader.size() + self.capacity
+            self.inbox = Inbox(self.workers, size, DONE, receiver(size, self._pair))
         else:
-            self.inbox = Inbox([SERVER], ServerHeader.size() + self.capacity, last_kind=BYE)
+            size = ServerHeader.size() + self.capacity
+            self.inbox = Inbox([SERVER], size, BYE, receiver(size, self._pair))
+
+    def _pair(self, peer: int) -> Any:
+        """The process group of this rank and ``peer`` (the server and one worker)."""
+        return self.pairs[(SERVER, peer if self.roles.server else self.rank)]
 
     def _receive(self, want: int) -> tuple[ServerHeader, torch.Tensor]:
         """Block until the server's next ``want`` message (parameters that arrive first are
@@ -300,14 +359,17 @@ class ParameterServer(Collectives):
     def _next_from_server(self, block: bool) -> tuple[ServerHeader, torch.Tensor] | None:
         t0 = time.perf_counter()
         assert self.inbox is not None, "setup() starts the receiver threads"
-        got = self.inbox.get(self.timeout if block else 0.0)
+        inbox = self.inbox
+        wait = coordinator_wait(self.timeout)
+        got = inbox.wait(wait, self.rank, self.timeout) if block else inbox.get(0.0)
         self.comm_time += time.perf_counter() - t0
         if got is None:
             if not block:
                 return None
             raise PeerFailure(
                 f"rank {self.rank}/{self.world_size}: the parameter server (rank 0) sent nothing "
-                f"for --dist.timeout={self.timeout:g}s; it died or stalled"
+                f"for {coordinator_wait(self.timeout):g} s (2 x --dist.timeout + 5); it died "
+                f"or stalled"
             )
         _, msg = got
         if isinstance(msg, Exception):
@@ -436,8 +498,19 @@ class ParameterServer(Collectives):
             }
             last_steps = steps
             runner.log(record)
+        for text in self._loop.messages:  # said after the last record
+            runner.message(text)
         runner.finished()
+        self._release(self._loop.dropped, runner)
         return record
+
+    def _release(self, dropped: dict[int, str], runner: RunnerParts) -> None:
+        """Dropped workers leave (exit 0) instead of holding torchrun's agent forever."""
+        for r in release_dropped(dropped, wait=coordinator_wait(self.timeout) + 5.0):
+            runner.message(
+                f"parameter server: dropped rank {r} did not leave; the launcher waits for it "
+                f"(end it with kill if it is stopped on another machine)"
+            )
 
     def serve(
         self,
@@ -449,7 +522,8 @@ class ParameterServer(Collectives):
 
         ``on_stats(summed sums, {worker: its whole statistics row})`` lets the runner merge the
         normalizer and keep episode windows (``RunnerParts.absorb_stats``)."""
-        return _ServerLoop(self, on_stats, start_iteration, should_stop).run()
+        self._loop = _ServerLoop(self, on_stats, start_iteration, should_stop)
+        return self._loop.run()
 
 
 @dataclass
@@ -490,6 +564,7 @@ class _ServerLoop:
         self.pending: dict[int, torch.Tensor] = {}  # async: sums not yet sent to each worker
         self.states: dict[int, dict[int, Any]] = {}
         self.latest: dict[int, Any] = {}  # each worker's newest state
+        self.dropped: dict[int, str] = {}  # worker -> why
         self.iteration = min(self.completed.values())
         self.messages: list[str] = []
         self.acc = self._fresh()
@@ -517,10 +592,12 @@ class _ServerLoop:
             self.acc["wait"] += time.perf_counter() - t0
             if got is None:
                 self._on_silence()
+                yield from self._catch_up()  # a dropped worker no longer holds iterations back
                 continue
             worker, msg = got
             if isinstance(msg, Exception):
                 self._lost(worker, f"its connection failed: {str(msg).splitlines()[0]}")
+                yield from self._catch_up()
                 continue
             self.last_seen[worker] = time.perf_counter()
             if worker not in self.live:
@@ -563,6 +640,7 @@ class _ServerLoop:
                 f"on without it"
             )
         self.live.discard(worker)
+        self.dropped[worker] = f"the parameter server dropped it at iteration {it}: {why}"
         self.ps_message(
             f"parameter server: dropped worker rank {worker} (last seen at iteration {it}): "
             f"{why}; training goes on with ranks {sorted(self.live)}"
@@ -610,10 +688,17 @@ class _ServerLoop:
 
     def _advance(self, worker: int, completed: int) -> Iterator[ServerEvent]:
         self.completed[worker] = completed
-        current = min(self.completed[w] for w in self.live) if self.live else completed
+        yield from self._catch_up()
+
+    def _catch_up(self) -> Iterator[ServerEvent]:
+        """An event per iteration that every live worker completed, then due checkpoints."""
+        if not self.live:
+            return
+        current = min(self.completed[w] for w in self.live)
         while self.iteration < current:
             self.iteration += 1
             yield ServerEvent("iteration", self.iteration, self._metrics())
+        yield from self._maybe_checkpoint()
 
     def _maybe_checkpoint(self) -> Iterator[ServerEvent]:
         """A checkpoint of iteration ``it`` once every live worker's state of it arrived; a

@@ -103,7 +103,7 @@ class AgentConfig:
 
 @dataclass(frozen=True)
 class PSConfig:
-    """Parameter-server strategies (--dist.strategy ps-bsp|ps-asp|ps-bap; seed 001)."""
+    """Parameter-server strategies (--dist.strategy ps-bsp|ps-asp|ps-bap, after MALib)."""
 
     staleness: int = 2
     """ps-bap: a worker keeps computing with its cached parameters while it has fewer than this
@@ -121,7 +121,7 @@ class DistConfig:
     """How gradients become parameters across ranks: allreduce (DD-PPO: every rank collects and
     learns), a parameter server on rank 0 with the other ranks as workers: ps-bsp (wait for
     every worker each minibatch), ps-asp (apply each gradient as it comes), ps-bap (bounded
-    staleness, see --dist.ps.*), or learner-actor (seed 003: ranks < --dist.learners train,
+    staleness, see --dist.ps.*), or learner-actor (ranks < --dist.learners train,
     the others only collect; weights reach them through a routing table)."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """auto: NCCL when CUDA is used, Gloo otherwise."""
@@ -176,7 +176,7 @@ def parse_slow_ranks(spec: str) -> dict[int, float]:
 
 @dataclass(frozen=True)
 class MultiTaskConfig:
-    """Multi-task episodic RLOO (seed 004); read only by episodic suites (``reach10``,
+    """Multi-task episodic RLOO sharding (RIPT); read only by episodic suites (``reach10``,
     ``metaworld-mt10``). The parallel envs per rank are ``--env.num-envs``; of ``--agent`` the
     PPO-clip fields apply (epochs, minibatches, learning rate and schedule, clip, entropy, KL,
     grad norm, iterations, save interval), the critic and GAE ones do not (RLOO has no critic)."""

@@ -1,5 +1,5 @@
-"""`distrl bench broadcast`: learner -> actor weight sync (seed 003) three ways, against the
-machine's point-to-point ceiling measured in the same run.
+"""`distrl bench broadcast`: learner -> actor weight sync (the learner-actor routing table) three
+ways, against the machine's point-to-point ceiling measured in the same run.
 
 For each (learners L, actors A) shape, L + A ranks are spawned (Gloo on loopback, or NCCL with a
 GPU per rank); ranks 0..L-1 hold the flat fp32 model, ranks L.. receive it. Per model size:

@@ -1,5 +1,5 @@
-"""`distrl bench learn`: does W ranks learn as well as one, and how much sooner (seed 002's
-time-to-target T_W, P0.4)?
+"""`distrl bench learn`: does W ranks learn as well as one, and how much sooner (the scaling
+benchmark's time-to-target T_W)?
 
 Every (W, seed) trains to completion. From rank 0's ``metrics.jsonl``: the first wall time at
 which ``episode_return_mean`` (last 100 episodes, all ranks) reaches the target, and the final

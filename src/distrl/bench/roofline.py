@@ -1,4 +1,4 @@
-"""`distrl bench roofline` (issue 14): how far one training iteration is from this machine's
+"""`distrl bench roofline`: how far one training iteration is from this machine's
 matmul limit, phase by phase, all in one process.
 
 1. **GEMMs of one iteration, from the policy itself.** A forward hook on every ``nn.Linear`` of

@@ -1,4 +1,4 @@
-"""`distrl bench scaling`: synchronous DD-PPO throughput over world sizes (seed 002's P3).
+"""`distrl bench scaling`: synchronous DD-PPO throughput over world sizes (the scaling benchmark).
 
 For each world size W and repeat, one training run under torchrun (W=1: a plain process),
 ``--threads 1`` per rank. From ``metrics.jsonl`` (rank 0) the first ``--warmup`` iterations are
@@ -9,7 +9,7 @@ dropped; over the rest
     rho_comm = t_comm / t_iter        rho_sync = t_sync / t_iter
 
 ``weak`` keeps the envs per rank (global batch W*E*T grows with W); ``strong`` divides the envs
-by W (global batch constant, seed 002's setting).
+by W (global batch constant, the reference experiment's setting).
 
 The hardware ceiling: the same per-rank work as W independent single processes started at once
 (no process group, distinct seeds). Their summed FPS is what this machine can give W busy

@@ -1,5 +1,5 @@
-"""`distrl bench straggler`: allreduce against the parameter-server modes (seed 001), without
-and with one worker slowed down (``--dist.slow-ranks``).
+"""`distrl bench straggler`: allreduce against the parameter-server modes (BSP/ASP/BAP, after
+MALib), without and with one worker slowed down (``--dist.slow-ranks``).
 
 Every mode runs with the same number of *workers* (ranks that collect): allreduce with W ranks,
 the ps-* modes with W workers plus the server rank. Per (mode, straggler, seed) the task trains

@@ -1,10 +1,10 @@
-"""The weight-sync routing table of seed 003, with chunks sorted largest first.
+"""The learner-actor routing table for weight sync, with chunks sorted largest first.
 
-Seed 003 (RL weight broadcasting over UCCL) computes, once, which learner sends which parameter
-to which actor: for each (parameter, actor) pair, in name order, the learner with the lowest
-cumulative assigned bytes. That is Graham's list scheduling, within 2 - 1/m of the optimal
-makespan on m learners. Visiting the pairs largest first (LPT; Graham 1969) tightens the
-guarantee to 4/3 - 1/(3m) of the optimum, at no runtime cost.
+The reference scheme (RL weight broadcasting over UCCL) computes, once, which learner sends
+which parameter to which actor: for each (parameter, actor) pair, in name order, the learner
+with the lowest cumulative assigned bytes. That is Graham's list scheduling, within 2 - 1/m of
+the optimal makespan on m learners. Visiting the pairs largest first (LPT; Graham 1969) tightens
+the guarantee to 4/3 - 1/(3m) of the optimum, at no runtime cost.
 
 The optimum itself is bounded below by what the links must carry: every actor takes in the
 whole model over its own link and the learners together send every (chunk, actor) pair, so
@@ -141,7 +141,7 @@ def build_table(
 ) -> RoutingTable:
     """Assign every (chunk, actor) pair to the learner with the lowest cumulative bytes so far
     (ties: the lowest rank). ``order="lpt"`` visits pairs largest chunk first (ties in chunk,
-    then actor order); ``order="name"`` is seed 003's name order."""
+    then actor order); ``order="name"`` is the reference scheme's name order."""
     if not learners or not actors:
         raise ValueError(f"need at least one learner and one actor, got {learners} and {actors}")
     pairs = [(c, a) for c in chunks for a in actors]

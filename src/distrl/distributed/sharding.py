@@ -1,5 +1,5 @@
-"""Which rank trains which task, and on which init states: the schedule of seed 004 (RIPT's
-multi-task LIBERO training, Tan et al. 2025), as plain arithmetic.
+"""Which rank trains which task, and on which init states: the schedule of multi-task RLOO
+sharding (RIPT's multi-task LIBERO training, Tan et al. 2025), as plain arithmetic.
 
 Nothing here communicates: every rank computes the same numbers from (num_tasks, world_size,
 iteration), so no counter file or collective is needed to agree on them, and rank 0 can compute

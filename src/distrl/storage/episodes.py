@@ -1,6 +1,6 @@
 """Exactly ``data_batch_size`` whole episodes from ``num_parallel_envs`` envs, padded to [E, T].
 
-The episodic collection of seed 004 (RIPT on LIBERO, Tan et al. 2025): the init states of one
+The episodic collection of multi-task RLOO (RIPT on LIBERO, Tan et al. 2025): the init states of one
 iteration come from the task's ``InitStateCursor``; each is used by ``K`` episodes (an RLOO
 group), so ``E = len(init_indices) * K`` episodes are collected. Episode ``e`` starts from
 ``init_indices[e // K]`` and belongs to group ``e // K``.

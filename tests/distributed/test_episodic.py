@@ -1,7 +1,8 @@
-"""The episodic multi-task runner on real Gloo ranks (seed 004, issue 11): every (tasks, ranks)
-combination runs without a hang, each rank trains its shard's tasks in cursor order on exactly
-``data_batch_size`` episodes from circular init states, replicas stay identical, the early-stop
-counter is agreed, and a resume equals an uninterrupted run bit for bit."""
+"""The episodic multi-task runner on real Gloo ranks (multi-task RLOO sharding, RIPT): every
+(tasks, ranks) combination runs without a hang, each rank trains its shard's tasks in cursor
+order on exactly ``data_batch_size`` episodes from circular init states, replicas stay
+identical, the early-stop counter is agreed, and a resume equals an uninterrupted run bit for
+bit."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def test_every_tasks_ranks_combination_runs_two_iterations(num_tasks: int, world
 
 
 @pytest.mark.timeout(120)
-def test_nine_tasks_two_ranks_follow_seed_004() -> None:
+def test_nine_tasks_two_ranks_follow_ript() -> None:
     """Shards [0,2,4,6,8] / [1,3,5,7]; 6 iterations in cursor order; each task's init states
     continue circularly where its previous visit stopped (2 states per visit, K=4 each)."""
     out = ranks(2, 9, 6, {})

@@ -1,6 +1,6 @@
-"""Real processes: torchrun as seed 000 writes it, our `--nproc` launcher, replicas that stay
-identical, and what a dead or stuck peer does to the survivors (an error within the timeout,
-never a hang)."""
+"""Real processes: DD-PPO's torchrun command as the README writes it, our `--nproc` launcher,
+replicas that stay identical, and what a dead or stuck peer does to the survivors (an error
+naming the peer, never a hang)."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ def check_one_run_dir(cwd: Path, run_dir: Path, out: str) -> None:
     assert out.count("distrl run summary") == 1, out
 
 
-def torchrun_seed_000(cwd: Path) -> list[str]:
-    # seed 000's command; only the port is ours (torchrun's default 29500 may be taken)
+def torchrun_command(cwd: Path) -> list[str]:
+    # the README's DD-PPO command; only the port is ours (torchrun's default 29500 may be taken)
     head = f"--nproc_per_node=2 --master-port={free_port()} --no_python train cartpole"
     tail = f"--agent.max-iterations {ITERS} --distributed True --run-dir {cwd / 'run'}"
     return [str(BIN / "torchrun"), *head.split(), *tail.split(), *SMALL]
@@ -65,14 +65,14 @@ def nproc_launcher(cwd: Path) -> list[str]:
 def launches(tmp_path_factory) -> dict[str, tuple[Path, tuple]]:
     """Both launch forms, side by side (a launch is mostly imports and waiting)."""
     cwds = {name: tmp_path_factory.mktemp(name) for name in ("torchrun", "nproc")}
-    cmds = {"torchrun": torchrun_seed_000(cwds["torchrun"]), "nproc": nproc_launcher(cwds["nproc"])}
+    cmds = {"torchrun": torchrun_command(cwds["torchrun"]), "nproc": nproc_launcher(cwds["nproc"])}
     with ThreadPoolExecutor(2) as pool:
         futs = {k: pool.submit(run_cli, cmd, 100, cwds[k]) for k, cmd in cmds.items()}
         return {k: (cwds[k], f.result()) for k, f in futs.items()}
 
 
 @pytest.mark.timeout(150)
-def test_torchrun_command_of_seed_000(launches):
+def test_torchrun_command_of_the_readme(launches):
     cwd, (code, out, err, secs) = launches["torchrun"]
     print(f"torchrun run: {secs:.1f} s")
     assert code == 0, out + err
@@ -171,7 +171,7 @@ def test_killed_rank_makes_the_other_exit_with_an_error(faults):
 
 
 @pytest.mark.timeout(90)
-def test_stuck_rank_makes_the_other_exit_within_the_timeout(faults):
+def test_stuck_rank_makes_the_other_exit_with_a_timeout_error(faults):
     code0, elapsed, code1, rep = faults["stop"].finish(wait=60)
     print(f"rank 0: exit {code0} after {elapsed:.1f} s; report {rep}")
     assert code0 is not None, (

@@ -1,5 +1,5 @@
 """The routing table (distributed/routing.py): coverage, balance, LPT's guarantees, and how it
-compares with seed 003's name-order greedy. Pure arithmetic, no processes."""
+compares with the reference scheme's name-order greedy. Pure arithmetic, no processes."""
 
 from __future__ import annotations
 
@@ -115,9 +115,10 @@ def test_lpt_within_graham_bound_of_the_optimum_unsplit(m):
 
 
 def test_lpt_beats_name_order_greedy_on_the_worst_case_and_on_average():
-    """Across random models LPT's makespan is never further from the lower bound than seed 003's
-    name-order greedy in the worst case, and not worse on average. (LPT does not dominate it
-    instance by instance: list order 3,2,2,3,2 on two learners gives 6 where LPT gives 7.)"""
+    """Across random models LPT's makespan is never further from the lower bound than the
+    reference scheme's name-order greedy in the worst case, and not worse on average. (LPT does
+    not dominate it instance by instance: list order 3,2,2,3,2 on two learners gives 6 where LPT
+    gives 7.)"""
     rng = random.Random(2026)
     worst = {"lpt": 1.0, "name": 1.0}
     total = {"lpt": 0.0, "name": 0.0}

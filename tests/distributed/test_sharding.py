@@ -1,4 +1,5 @@
-"""Task shards, cursors and gradient weights of seed 004 (pure arithmetic, no processes)."""
+"""Task shards, cursors and gradient weights of multi-task RLOO sharding (RIPT; pure arithmetic,
+no processes)."""
 
 from __future__ import annotations
 
@@ -20,16 +21,16 @@ from distrl.distributed.sharding import (
 GRID = list(itertools.product([1, 2, 3, 9], [1, 2, 3]))
 
 
-def test_seed_004_nine_tasks_on_two_ranks() -> None:
+def test_ript_nine_tasks_on_two_ranks() -> None:
     assert task_shards(9, 2) == [[0, 2, 4, 6, 8], [1, 3, 5, 7]]
     assert task_shard(0, 9, 2) == [0, 2, 4, 6, 8]
     assert task_shard(1, 9, 2) == [1, 3, 5, 7]
 
 
-def test_seed_004_six_iterations_in_cursor_order() -> None:
+def test_ript_six_iterations_in_cursor_order() -> None:
     # current_task = local_tasks[task_cursor % len(local_tasks)]; task_cursor += 1.
-    # (The seed's sample printout ends "iteration 6: GPU0 task 8, GPU1 task 7", which that
-    # formula does not produce; the formula is the rule, so the shards wrap around.)
+    # (The reference write-up's sample printout ends "iteration 6: GPU0 task 8, GPU1 task 7",
+    # which that formula does not produce; the formula is the rule, so the shards wrap around.)
     expected = {0: [0, 2, 4, 6, 8, 0], 1: [1, 3, 5, 7, 1, 3]}
     for rank in (0, 1):
         cursor = TaskCursor(task_shard(rank, 9, 2))
@@ -37,7 +38,7 @@ def test_seed_004_six_iterations_in_cursor_order() -> None:
         assert [task_at(rank, i, 9, 2) for i in range(6)] == expected[rank]
 
 
-def test_seed_004_circular_init_states() -> None:
+def test_ript_circular_init_states() -> None:
     # 10 init states, 2 envs x 2 rollouts = 4 per iteration
     cursor = InitStateCursor(10)
     assert cursor.take(4) == [0, 1, 2, 3]

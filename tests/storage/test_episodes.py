@@ -74,7 +74,7 @@ def echo_policy(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     [
         (1, 1, 1),  # one env, one episode
         (1, 3, 2),  # one env runs 6 episodes back to back
-        (2, 2, 2),  # seed 004: 2 envs, data_batch_size 4
+        (2, 2, 2),  # RIPT's setting: 2 envs, data_batch_size 4
         (3, 2, 2),  # N does not divide E = 4
         (4, 1, 4),  # N == E
         (8, 2, 2),  # N > E: 4 rows idle from the start

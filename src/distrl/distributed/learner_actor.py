@@ -288,6 +288,9 @@ class LearnerActor(Collectives):
             except RuntimeError as e:
                 self._drop(actor, f"sending weights to it failed: {_first_line(e)}")
         dt = time.perf_counter() - t0
+        now = time.perf_counter()
+        for a in self.live:  # an actor's silence counts from the weights it was just sent
+            self.last_seen[a] = now
         self._acc["sync_time"] += dt
         self._acc["sync_bytes"] += sent
 
@@ -423,14 +426,17 @@ class LearnerActor(Collectives):
         """Actor: its checkpoint state for ``iteration`` to its learner."""
         self._up(STATE, bytes_payload(state), iteration=iteration)
 
-    def _pump(self, timeout: float) -> None:
+    def _pump(self, timeout: float, expecting: set[int] | None = None) -> None:
         """Learner: handle one message from an actor (or notice silence and dead actors)."""
         t0 = time.perf_counter()
         got = self.inbox.get(min(timeout, 1.0))
         self._acc["wait"] += time.perf_counter() - t0
         now = time.perf_counter()
         if got is None:
-            for a in sorted(self.live - self.done):
+            # Only an actor this learner waits on can be silent: one whose rollout is in hand
+            # is waiting for the next weights, quiet by design.
+            suspects = self.live - self.done if expecting is None else expecting & self.live
+            for a in sorted(suspects):
                 if now - self.last_seen[a] > self.timeout:
                     self._drop(a, f"it sent nothing for {now - self.last_seen[a]:.1f} s")
             return
@@ -487,7 +493,7 @@ class LearnerActor(Collectives):
                     got[a] = (version, seconds, payload)
             if set(got) >= self.live:
                 break
-            self._pump(self.timeout)
+            self._pump(self.timeout, expecting=self.live - set(got))
         live = sorted(self.live)
         rollouts.resize(len(live))
         for slot, a in enumerate(live):
@@ -501,8 +507,8 @@ class LearnerActor(Collectives):
     def learner_states(self, iteration: int, own: Any) -> list[Any] | None:
         """Learner: its live actors' states for ``iteration`` (waited for) and its own, gathered
         on rank 0 as a list indexed by rank (a dead actor's entry is empty)."""
-        while any((a, iteration) not in self.states for a in self.live):
-            self._pump(self.timeout)
+        while missing := {a for a in self.live if (a, iteration) not in self.states}:
+            self._pump(self.timeout, expecting=missing)
         mine = {self.rank: own} | {a: self.states.pop((a, iteration)) for a in sorted(self.live)}
         out: list[dict[int, Any]] | None = [{} for _ in range(self.L)] if self.is_main else None
         self._timed(dist.gather_object, mine, out, dst=0, group=self.learner_group, sync=False)

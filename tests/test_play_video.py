@@ -44,6 +44,7 @@ def _play_video(run_dir: Path, video: Path) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # trains, then renders and encodes in a fresh interpreter: ~5 s each
 @pytest.mark.parametrize("task", ["halfcheetah", "gym:HalfCheetah-v5"])
 def test_video_is_one_episode_with_the_evaluated_return(task, tmp_path, capsys):
     run_dir, video = tmp_path / "run", tmp_path / "out" / "episode.mp4"

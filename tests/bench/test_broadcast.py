@@ -14,6 +14,7 @@ def test_model_numels_add_up(n):
     assert sum(numels) == n and min(numels) >= 0
 
 
+@pytest.mark.slow  # starts rank groups for every shape: ~15 s
 @pytest.mark.timeout(120)
 def test_broadcast_command_tiny(tmp_path):
     from distrl.bench.cli import bench_main

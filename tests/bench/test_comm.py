@@ -36,6 +36,7 @@ def test_buckets_follow_backward_order_and_size_limit():
     assert buckets([10, 20, 30], 10**6) == [[2, 1, 0]]
 
 
+@pytest.mark.slow  # starts a rank group
 @pytest.mark.timeout(90)
 def test_comm_command_tiny(tmp_path):
     from distrl.bench.cli import bench_main

@@ -13,6 +13,7 @@ from distrl.bench.scaling import SUMMARY_COLUMNS, run_stats
 from tests.helpers import read_csv
 
 
+@pytest.mark.slow  # torchrun launches at W = 1 and 2, plus the ceiling runs: ~12 s
 @pytest.mark.timeout(150)
 def test_scaling_writes_csv_schema_and_plot(tmp_path):
     out = tmp_path / "scaling"

@@ -45,6 +45,7 @@ def test_summary_medians_unreached_seeds_and_ratio_to_bsp():
     assert s["ps-asp"]["staleness_hist"] == {0: 1, 1: 1, 2: 1} and s["ps-asp"]["dropped"] == 2
 
 
+@pytest.mark.slow  # four modes x two stragglers of real training runs: ~25 s
 @pytest.mark.timeout(240)
 def test_tiny_real_run_writes_csv_and_plot(tmp_path):
     a = StragglerArgs(

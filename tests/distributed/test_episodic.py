@@ -35,6 +35,7 @@ def ranks(world: int, *args, timeout: float = 90.0) -> list[dict]:
 AGREED = ("success", "success/suite", "rloo/dropped_groups", "rloo/kept_episodes", "episodes")
 
 
+@pytest.mark.slow  # 12 rank groups: ~35 s (test-fast keeps the 9-tasks-on-2-ranks case below)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("num_tasks", [1, 2, 3, 9])
@@ -109,6 +110,7 @@ def train(world: int, run_dir: Path, iterations: int, resume: bool = False) -> N
     expect_ok(results, codes, world)
 
 
+@pytest.mark.slow  # three rank groups: ~8 s
 @pytest.mark.timeout(240)
 def test_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
     """3 tasks on 2 ranks: 4 iterations straight, or 2 then a resume to 4."""
@@ -133,6 +135,7 @@ def test_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
 BIN = Path(sys.executable).parent
 
 
+@pytest.mark.slow  # a torchrun launch that trains: ~12 s
 @pytest.mark.timeout(150)
 def test_cli_trains_reach10_on_two_ranks(tmp_path: Path) -> None:
     run = tmp_path / "run"

@@ -71,6 +71,7 @@ def launches(tmp_path_factory) -> dict[str, tuple[Path, tuple]]:
         return {k: (cwds[k], f.result()) for k, f in futs.items()}
 
 
+@pytest.mark.slow  # two real launches (torchrun and --nproc): ~15 s
 @pytest.mark.timeout(150)
 def test_torchrun_command_of_the_readme(launches):
     cwd, (code, out, err, secs) = launches["torchrun"]
@@ -79,6 +80,7 @@ def test_torchrun_command_of_the_readme(launches):
     check_one_run_dir(cwd, cwd / "run", out)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_nproc_launcher(launches):
     cwd, (code, out, err, secs) = launches["nproc"]
@@ -87,6 +89,7 @@ def test_nproc_launcher(launches):
     check_one_run_dir(cwd, cwd / "run", out)
 
 
+@pytest.mark.slow  # test-fast keeps bitwise-identical replicas in test_equivalence.py
 @pytest.mark.timeout(90)
 def test_parameters_identical_across_ranks_after_training():
     ranks = expect_ok(*run_ranks(learn_params, 2, 3, timeout=80)[:2], 2)
@@ -156,6 +159,7 @@ def faults(tmp_path_factory):
                 p.join(10)
 
 
+@pytest.mark.slow  # waits out a collective timeout: ~10-20 s
 @pytest.mark.timeout(90)
 def test_killed_rank_makes_the_other_exit_with_an_error(faults):
     code0, elapsed, code1, rep = faults["kill"].finish(wait=70)
@@ -170,6 +174,7 @@ def test_killed_rank_makes_the_other_exit_with_an_error(faults):
     assert "rank 1 last seen at iteration 2" in rep["error"], rep  # names the missing rank
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_stuck_rank_makes_the_other_exit_with_a_timeout_error(faults):
     code0, elapsed, code1, rep = faults["stop"].finish(wait=60)

@@ -25,6 +25,7 @@ def train(run_dir: Path, iterations: int, *extra: str) -> str:
     return out
 
 
+@pytest.mark.slow  # three 2-rank launches through torchrun: ~30 s
 @pytest.mark.timeout(240)
 def test_distributed_resume_equals_uninterrupted_run(tmp_path):
     a, b = tmp_path / "A", tmp_path / "B"

@@ -37,6 +37,8 @@ def test_one_process_same_seed_same_bits_other_seed_other_bits(tmp_path):
             assert not torch.equal(p, c["policy"][name]), f"{name} equal under another seed"
 
 
+@pytest.mark.slow  # a torchrun launch and a forked 2-rank run: ~10 s (the golden test keeps
+# 2-rank bits in test-fast)
 @pytest.mark.timeout(120)
 def test_two_ranks_same_seed_same_bits(two_rank_reference, tmp_path):
     run_dir = tmp_path / "run"

@@ -21,6 +21,7 @@ from tests.reliability.workers import HOOKS, run_cli
 KILL_AT = 5  # rank 1 dies entering the update of iteration 6; the newest checkpoint is 4
 
 
+@pytest.mark.slow  # a 2-rank launch killed and restarted by torchrun: ~15 s
 @pytest.mark.timeout(150)
 def test_killed_rank_restarts_from_the_newest_checkpoint_and_matches(two_rank_reference, tmp_path):
     run_dir = tmp_path / "run"

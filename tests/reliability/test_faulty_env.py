@@ -128,6 +128,7 @@ def two_ranks_with_fault(faults: str, tmp_path: Path) -> tuple[dict, dict, float
     return results, codes, secs, reps
 
 
+@pytest.mark.slow  # 2 ranks started, one faults
 @pytest.mark.timeout(90)
 def test_env_exception_on_one_rank_stops_both(tmp_path):
     results, codes, secs, reps = two_ranks_with_fault("raise:11:3@1", tmp_path)
@@ -141,6 +142,7 @@ def test_env_exception_on_one_rank_stops_both(tmp_path):
     assert checkpoints(tmp_path / "run") == [1]
 
 
+@pytest.mark.slow  # 2 ranks started, one faults
 @pytest.mark.timeout(90)
 def test_nonfinite_observation_on_one_rank_stops_both(tmp_path):
     results, codes, secs, reps = two_ranks_with_fault("nan:11:2:obs@1", tmp_path)
@@ -153,6 +155,7 @@ def test_nonfinite_observation_on_one_rank_stops_both(tmp_path):
     assert checkpoints(tmp_path / "run") == [1], "a checkpoint was written after the fault"
 
 
+@pytest.mark.slow  # 2 ranks started, one faults
 @pytest.mark.timeout(90)
 def test_nonfinite_loss_on_one_rank_skips_on_every_rank_then_stops(tmp_path):
     # 2 epochs x 2 minibatches = 4 updates per iteration, all skipped where rank 1 has NaN.

@@ -1,6 +1,7 @@
-"""Learner-actor (seed 003, issue 10): one learner + one actor equals one process; the routing
-table delivers identical weights; async keeps its policy-lag bound; a dead actor is dropped by
-name, a dead learner stops every rank naming it. Real Gloo ranks, hard timeouts."""
+"""Learner-actor with the routing-table weight push: one learner + one actor equals one
+process; the routing table delivers identical weights; async keeps its policy-lag bound; a dead
+actor is dropped by name, a dead learner stops every rank naming it. Real Gloo ranks, hard
+timeouts."""
 
 from __future__ import annotations
 
@@ -82,6 +83,7 @@ def run(tmp_path, world: int, dist: dict, agent: dict, fault: dict | None = None
     return results, codes
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_two_learners_two_actors_train_agree_and_checkpoint(tmp_path):
     from tests.helpers import final_state
@@ -100,6 +102,7 @@ def test_two_learners_two_actors_train_agree_and_checkpoint(tmp_path):
         assert {"env", "rng", "obs", "window"} <= set(state["ranks"][a])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("lag", [0, 2])
 def test_async_actors_never_exceed_the_policy_lag_bound(tmp_path, lag):
@@ -116,6 +119,7 @@ def test_async_actors_never_exceed_the_policy_lag_bound(tmp_path, lag):
     assert sum(r["dist/dropped_samples"] for r in recs) == 0  # the actors held back instead
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_dead_actor_is_dropped_by_name_and_training_goes_on(tmp_path):
     results, codes = run(tmp_path, 3, LA, dict(max_iterations=6), dict(kill_after=(2, 2)))
@@ -128,6 +132,7 @@ def test_dead_actor_is_dropped_by_name_and_training_goes_on(tmp_path):
     assert "dropped actor rank 2" in out["stdout"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_dead_learner_stops_every_rank_naming_it(tmp_path):
     dist = dict(LA, learners=2, timeout=30)
@@ -142,6 +147,7 @@ def test_dead_learner_stops_every_rank_naming_it(tmp_path):
         assert "learner rank 1" in results[r][1], results[r][1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_resume_equals_an_uninterrupted_run(tmp_path):
     """The learner's state (parameters, Adam, LR, normalizer, shuffle) and each actor's (envs,

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import difflib
+import typing
 from pathlib import Path
 
 import tyro
+import yaml
 
-from distrl.config import TrainConfig, validate
+from distrl.config import TrainConfig, from_dict, validate
 
 
 def default_run_dir(task: str) -> Path:
@@ -21,31 +24,103 @@ def default_run_dir(task: str) -> Path:
     return Path("runs") / task.replace(":", "_").replace("/", "_") / stamp
 
 
-def parse_train_args(argv: list[str]) -> TrainConfig:
-    """Task first, then tyro overrides on the task's defaults. Raises ValueError on bad input."""
+def _unknown_keys(cls: type, data: dict, prefix: str = "") -> list[str]:
+    """Dotted keys of ``data`` that are no field of dataclass ``cls``, each with close matches."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    out = []
+    for key, value in data.items():
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=2)
+            out.append(
+                prefix + str(key) + (f" (did you mean {' or '.join(close)}?)" if close else "")
+            )
+        elif dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
+            out += _unknown_keys(hints[key], value, f"{prefix}{key}.")
+    return out
+
+
+def load_config_file(path: str | Path) -> TrainConfig:
+    """A run's ``config.yaml`` as the config to train it again: run directory, resume and
+    ``distributed`` are reset (they belong to the run that wrote it), the rest is kept."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(f"--config {path}: no such file; pass a run's config.yaml")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ValueError(f"--config {path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict) or "task" not in data:
+        raise ValueError(f"--config {path}: expected a mapping with at least a 'task' key")
+    unknown = _unknown_keys(TrainConfig, data)
+    if unknown:
+        raise ValueError(f"--config {path}: unknown keys: {'; '.join(unknown)}")
     from distrl.envs.registry import get_task
 
+    task = get_task(data["task"])  # unknown names raise with close matches
+    try:
+        cfg = from_dict(data)
+    except TypeError as e:
+        raise ValueError(f"--config {path}: {e}") from e
+    cfg = dataclasses.replace(cfg, task=task.name, run_dir=None, resume=None, distributed=False)
+    return validate(cfg)
+
+
+def _take_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(path of --config PATH / --config=PATH, argv without it)."""
+    for i, word in enumerate(argv):
+        if word == "--config":
+            if i + 1 >= len(argv):
+                raise ValueError("--config needs a path, e.g. --config runs/cartpole/x/config.yaml")
+            return argv[i + 1], argv[:i] + argv[i + 2 :]
+        if word.startswith("--config="):
+            return word.split("=", 1)[1], argv[:i] + argv[i + 1 :]
+    return None, argv
+
+
+def parse_train_args(argv: list[str]) -> TrainConfig:
+    """Task first, then tyro overrides on the task's defaults. Raises ValueError on bad input.
+    ``--config PATH`` (a run's config.yaml) replaces the task's defaults by that run's config;
+    the task may then be left out."""
+    from distrl.envs.registry import get_task
+
+    config_path, argv = _take_config_flag(list(argv))
+    if config_path is not None:
+        base = load_config_file(config_path)
+        if argv and not argv[0].startswith("-"):
+            if get_task(argv[0]).name != base.task:
+                raise ValueError(
+                    f"task {argv[0]!r} contradicts --config {config_path} (task {base.task!r}); "
+                    f"leave the task out to repeat that run"
+                )
+            argv = argv[1:]
+        return _parse_overrides(base, argv)
     if not argv or argv[0].startswith("-"):
         if argv and argv[0] in ("-h", "--help"):
             print(
-                "usage: train <task> [overrides]\n\n`distrl list` shows the tasks; "
+                "usage: train <task> [overrides]\n       train --config RUN/config.yaml "
+                "[overrides]   (repeat a run)\n\n`distrl list` shows the tasks; "
                 "`train <task> --help` shows every override with its default."
             )
             raise SystemExit(0)
         raise ValueError("usage: train <task> [overrides]; `distrl list` shows the tasks")
     task = get_task(argv[0])  # unknown names raise with close matches
-    defaults = dataclasses.replace(task.default_config(), task=task.name)
+    return _parse_overrides(dataclasses.replace(task.default_config(), task=task.name), argv[1:])
+
+
+def _parse_overrides(defaults: TrainConfig, argv: list[str]) -> TrainConfig:
+    """tyro's parse of the override flags ``argv`` on top of ``defaults``."""
     cfg = tyro.cli(
         TrainConfig,
         default=defaults,
-        args=argv[1:],
-        prog=f"train {task.name}",
+        args=argv,
+        prog=f"train {defaults.task}",
         # `--distributed True`, as DD-PPO's torchrun recipe writes it
         config=(tyro.conf.FlagConversionOff,),
     )
-    if cfg.task != task.name:
+    if cfg.task != defaults.task:
         raise ValueError(
-            f"--task {cfg.task!r} contradicts the positional task {task.name!r}; give the task "
+            f"--task {cfg.task!r} contradicts the positional task {defaults.task!r}; give the task "
             f"once, as the first argument"
         )
     return validate(cfg)

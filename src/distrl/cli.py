@@ -10,6 +10,7 @@ task's tuned default config, then tyro parses the overrides on top of it, e.g.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import traceback
@@ -24,6 +25,8 @@ USAGE = """usage: distrl <command> ...
 
 commands:
   train <task> [overrides]    train a policy (`distrl train <task> --help` lists overrides)
+  train --config RUN/config.yaml [overrides]
+                              train again with a run's config
   play <run-dir|checkpoint>   run the deterministic policy and print mean ± std return;
                               --video out.mp4 records one episode
   bench <what> [options]      measure throughput, time to solve, scaling (`distrl bench --help`)
@@ -58,6 +61,11 @@ def check_before_start(cfg: TrainConfig) -> None:
 
     episodic = get_task(cfg.task).suite is not None
     check_strategy(cfg, world, episodic)
+    if cfg.agent.total_timesteps is not None and episodic:
+        raise ValueError(
+            f"--agent.total-timesteps does not apply to {cfg.task}: its episodic RLOO runner "
+            f"collects whole episodes of varying length; use --agent.max-iterations"
+        )
     if cfg.policy.reward_normalization and episodic:
         raise ValueError(
             f"--policy.reward-normalization does not apply to {cfg.task}: its episodic RLOO "
@@ -102,6 +110,7 @@ def run_training(cfg: TrainConfig) -> dict:
     clean = lost = False
     try:
         strategy = make_strategy(cfg, ctx, episodic=suite is not None)
+        cfg = cfg.with_budget(strategy.num_collectors)  # --agent.total-timesteps, if set
         run_dir = Path(strategy.broadcast_object(str(cfg.run_dir or default_run_dir(cfg.task))))
         resume_path: Path | None = None
         skipped: list[tuple[Path, str]] = []
@@ -121,12 +130,17 @@ def run_training(cfg: TrainConfig) -> dict:
         env = None if suite else make_env(cfg, ctx.device)
         if env is not None and cfg.dist.slowdown(ctx.rank) > 1.0:  # testing knob: a straggler
             env = SlowEnv(env, cfg.dist.slowdown(ctx.rank))
+        # config.yaml repeats the run (`train --config`): with the local process count the
+        # launcher started, which the ranks' own --nproc (always 1) does not say
+        written = dataclasses.replace(cfg, nproc=max(cfg.nproc, ctx.local_world_size))
         with Telemetry.create(
             run_dir,
-            to_dict(cfg),
+            to_dict(written),
             total_iterations=cfg.agent.max_iterations,
             tensorboard=cfg.tensorboard,
             wandb=cfg.wandb,
+            wandb_project=cfg.wandb_project,
+            wandb_entity=cfg.wandb_entity,
             progress=cfg.progress,
             enabled=ctx.is_main,
         ) as tel:
@@ -163,10 +177,14 @@ def run_training(cfg: TrainConfig) -> dict:
                 tel.close()
                 close()
                 clean = True
-                return {"iteration": runner.iteration, "env_steps": runner.env_steps}
+                return {
+                    "iteration": runner.iteration,
+                    "env_steps": runner.env_steps,
+                    "run_dir": str(run_dir),
+                }
             tel.start_iteration = runner.iteration
-            final = runner.learn()
-            tel.summary({**final, "run_dir": str(run_dir)})
+            final = {**runner.learn(), "run_dir": str(run_dir)}
+            tel.summary(final)
         close()
         clean = True
         return final

@@ -25,6 +25,9 @@ class EnvConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
+    network: str = "mlp"
+    """The actor and critic bodies: mlp (the hidden sizes and activation below), or a name given
+    to distrl.register_network (see distrl.policy.networks for the contract)."""
     actor_hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the actor MLP."""
     critic_hidden: tuple[int, ...] = (64, 64)
@@ -49,6 +52,10 @@ class AgentConfig:
     """Steps collected per env per iteration (T). Rollout batch per rank = num_envs * num_steps."""
     max_iterations: int = 100
     """Training iterations (rollout + update) to run."""
+    total_timesteps: int | None = None
+    """Env-step budget: when set, it replaces max_iterations by the iterations it takes,
+    ceil(total / (collecting ranks x num_envs x num_steps)) (the linear LR schedule decays over
+    them); the run trains at least this many env steps. PPO tasks only."""
     num_epochs: int = 5
     """Passes over the rollout batch per iteration (K)."""
     num_minibatches: int = 4
@@ -233,6 +240,10 @@ class TrainConfig:
     """Write TensorBoard events into the run directory."""
     wandb: bool = False
     """Log to Weights & Biases (needs the wandb extra)."""
+    wandb_project: str | None = None
+    """W&B project; None: $WANDB_PROJECT, else 'distrl'."""
+    wandb_entity: str | None = None
+    """W&B entity (user or team); None: $WANDB_ENTITY, else your default entity."""
     progress: bool = True
     """Show the live progress display on the console."""
 
@@ -245,6 +256,18 @@ class TrainConfig:
     def minibatch_size(self) -> int:
         """Transitions per rank per minibatch."""
         return self.batch_size // self.agent.num_minibatches
+
+    def with_budget(self, collectors: int) -> TrainConfig:
+        """This config with ``agent.max_iterations`` set from ``agent.total_timesteps`` for
+        ``collectors`` collecting ranks (unchanged when no budget is set)."""
+        total = self.agent.total_timesteps
+        if total is None:
+            return self
+        per_iteration = max(1, collectors) * self.batch_size
+        iterations = -(-total // per_iteration)
+        return dataclasses.replace(
+            self, agent=dataclasses.replace(self.agent, max_iterations=iterations)
+        )
 
 
 def _positive(errors: list[str], name: str, value: float, fix: str) -> None:
@@ -318,6 +341,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             f"many of the newest checkpoints to keep (leave it unset to keep them all)"
         )
     _validate_multitask(errors, cfg.multitask)
+    if a.total_timesteps is not None:
+        _positive(errors, "--agent.total-timesteps", a.total_timesteps, "or leave it unset")
     if a.target_kl is not None and a.target_kl <= 0:
         errors.append(f"--agent.target-kl must be positive or None, got {a.target_kl}")
     if errors:

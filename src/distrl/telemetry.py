@@ -187,6 +187,8 @@ class Telemetry:
         start_iteration: int = 0,
         tensorboard: bool = True,
         wandb: bool = False,
+        wandb_project: str | None = None,
+        wandb_entity: str | None = None,
         progress: bool = True,
         enabled: bool = True,
         console: Console | None = None,
@@ -201,6 +203,8 @@ class Telemetry:
             start_iteration: iterations already completed (resume); the bar starts there.
             tensorboard: write TensorBoard events into ``run_dir``.
             wandb: also log to Weights & Biases; raises ``ImportError`` when not installed.
+            wandb_project, wandb_entity: where W&B logs (None: $WANDB_PROJECT or 'distrl';
+                $WANDB_ENTITY or the account's default).
             progress: live progress bar on a terminal, a plain summary line every ~5% of the
                 run otherwise; ``False`` disables both.
             enabled: ``False`` on non-main ranks.
@@ -217,6 +221,7 @@ class Telemetry:
             start_iteration=start_iteration,
             tensorboard=tensorboard,
             wandb=wandb,
+            wandb_where=(wandb_project, wandb_entity),
             progress=progress,
             console=console,
         )
@@ -260,6 +265,7 @@ class _ActiveTelemetry(Telemetry):
         start_iteration: int,
         tensorboard: bool,
         wandb: bool,
+        wandb_where: tuple[str | None, str | None],
         progress: bool,
         console: Console | None,
     ) -> None:
@@ -302,7 +308,8 @@ class _ActiveTelemetry(Telemetry):
                 self._writer = SummaryWriter(log_dir=str(run_dir), flush_secs=30, max_queue=1000)
             if wandb_mod is not None:
                 self._wandb_run = wandb_mod.init(
-                    project=os.environ.get("WANDB_PROJECT", "distrl"),
+                    project=wandb_where[0] or os.environ.get("WANDB_PROJECT", "distrl"),
+                    entity=wandb_where[1] or os.environ.get("WANDB_ENTITY"),
                     name=run_dir.name,
                     dir=str(run_dir),
                     config=_plain_config(cfg_dict),

@@ -374,16 +374,103 @@ _GYM_CONFIGS: dict[str, Callable[[str], Callable[[], TrainConfig]]] = {
 }
 
 
+# Tasks registered by the user's own code (``register_task``), in this process.
+_USER: dict[str, Task] = {}
+
+
+def register_task(
+    name: str,
+    make_env: Callable[[int, torch.device, int | None], VecEnv] | None = None,
+    *,
+    gym: Callable[..., Any] | None = None,
+    default_config: TrainConfig | None = None,
+    description: str = "",
+    max_episode_steps: int | None = None,
+    replace: bool = False,
+) -> Task:
+    """Make ``name`` a task of this process: ``distrl.train``/``make_config`` then accept it.
+
+    Give exactly one of:
+      make_env: ``make_env(num_envs, device, max_episode_steps) -> VecEnv``, a batched torch env
+          (the contract is in ``distrl.envs.core``; ``distrl.check_env`` tests one);
+      gym: a factory of one Gymnasium env (``gym() -> gymnasium.Env``, Box observations,
+          Discrete or 1-D Box actions); distrl steps ``num_envs`` copies in a SyncVectorEnv.
+    ``default_config`` is the task's starting config (its ``task`` is set to ``name``); without
+    one a torch env starts from TrainConfig's defaults and a Gymnasium one from 8 envs x 128
+    steps, as for ``gym:<Id>``. ``max_episode_steps`` is the Gymnasium env's time limit.
+    A torchrun-started script registers in every rank, as every rank runs it.
+    """
+    if not isinstance(name, str) or not name or name.startswith(GYM_PREFIX):
+        raise ValueError(
+            f"a task name must be a non-empty string not starting with {GYM_PREFIX!r}, got {name!r}"
+        )
+    if name in _BUILTINS or name in _EPISODIC or name in _TEST_TASKS:
+        raise ValueError(f"task {name!r} is built in; register yours under another name")
+    if name in _USER and not replace:
+        raise ValueError(f"task {name!r} is already registered; pass replace=True to replace it")
+    if (make_env is None) == (gym is None):
+        raise ValueError(
+            f"register_task({name!r}): give exactly one of make_env= (a batched torch VecEnv "
+            f"factory) or gym= (a factory of one Gymnasium env)"
+        )
+    factory = make_env if make_env is not None else gym
+    if not callable(factory):
+        raise ValueError(f"register_task({name!r}): the env factory {factory!r} is not callable")
+    if default_config is not None and not isinstance(default_config, TrainConfig):
+        raise ValueError(
+            f"register_task({name!r}): default_config must be a TrainConfig (e.g. from "
+            f"distrl.make_config), got {type(default_config).__name__}"
+        )
+    if gym is not None:
+        make_env = _gym_factory_env(name, gym, max_episode_steps)
+    assert make_env is not None
+    base = default_config or (_gym_default(name)() if gym is not None else TrainConfig(task=name))
+    cfg = dataclasses.replace(base, task=name)
+    task = Task(
+        name=name,
+        description=description or f"registered by {getattr(factory, '__module__', '?')}",
+        make_env=make_env,
+        default_config=lambda: cfg,  # frozen: sharing one instance is safe
+    )
+    _USER[name] = task
+    return task
+
+
+def _gym_factory_env(
+    name: str, factory: Callable[..., Any], max_episode_steps: int | None
+) -> Callable[[int, torch.device, int | None], VecEnv]:
+    """Register ``factory`` with Gymnasium under its own id and step it like ``gym:<Id>``."""
+    import gymnasium
+
+    env_id = f"distrl-user/{''.join(c if c.isalnum() or c in '_.' else '_' for c in name)}"
+    gymnasium.register(env_id, entry_point=factory, max_episode_steps=max_episode_steps)
+
+    def make_env(num_envs: int, device: torch.device, max_steps: int | None = None) -> VecEnv:
+        from distrl.envs.gym import GymVecEnv
+
+        return GymVecEnv(env_id, num_envs, device, max_episode_steps=max_steps)
+
+    return make_env
+
+
+def is_user_task(name: str) -> bool:
+    """Whether ``name`` was registered by ``register_task`` in this process."""
+    return name in _USER
+
+
 def list_tasks() -> list[Task]:
-    """The built-in tasks, then example ``gym:`` tasks (any registered Gymnasium id works)."""
+    """The built-in tasks, the ones registered in this process, then example ``gym:`` tasks
+    (any registered Gymnasium id works)."""
     gym_tasks = [_gym_task(GYM_PREFIX + i, d) for i, d in _GYM_EXAMPLES.items()]
-    return [*_BUILTINS.values(), *_EPISODIC.values(), *gym_tasks]
+    return [*_BUILTINS.values(), *_EPISODIC.values(), *_USER.values(), *gym_tasks]
 
 
 def get_task(name: str) -> Task:
     """The task called ``name``; ``gym:<Id>`` for any registered Gymnasium environment."""
     if name in _BUILTINS:
         return _BUILTINS[name]
+    if name in _USER:
+        return _USER[name]
     if name in _TEST_TASKS:
         return _test_task(name)
     if name in _EPISODIC:
@@ -392,7 +479,7 @@ def get_task(name: str) -> Task:
         return _EPISODIC[name]
     if name.startswith(GYM_PREFIX):
         return _gym_task(name, _GYM_EXAMPLES.get(name[len(GYM_PREFIX) :]))
-    known = [*_BUILTINS, *_EPISODIC, *(GYM_PREFIX + i for i in _GYM_EXAMPLES)]
+    known = [*_BUILTINS, *_EPISODIC, *_USER, *(GYM_PREFIX + i for i in _GYM_EXAMPLES)]
     by_lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""

@@ -16,6 +16,7 @@ from torch import nn
 from distrl.config import PolicyConfig
 from distrl.envs.core import ActionSpace
 from distrl.policy import distributions as D
+from distrl.policy import networks
 from distrl.policy.normalizer import ReturnScale, RunningNorm
 
 
@@ -78,6 +79,29 @@ def mlp(
     return nn.Sequential(*layers)
 
 
+def _check_shapes(
+    name: str, actor: nn.Module, critic: nn.Module, obs_dim: int, action_dim: int
+) -> None:
+    """A registered network's outputs for a batch of 2 zero observations: [2, action_dim] from
+    the actor, [2, 1] from the critic; anything else is refused here, naming the shapes, rather
+    than failing deep inside the loss."""
+    x = torch.zeros(2, obs_dim)
+    with torch.no_grad():
+        for role, module, want in (("actor", actor, (2, action_dim)), ("critic", critic, (2, 1))):
+            try:
+                got = tuple(module(x).shape)
+            except Exception as e:
+                raise ValueError(
+                    f"network {name!r}: its {role} failed on observations of shape "
+                    f"{tuple(x.shape)}: {type(e).__name__}: {e}"
+                ) from e
+            if got != want:
+                raise ValueError(
+                    f"network {name!r}: its {role} maps observations {tuple(x.shape)} to "
+                    f"{got}; it must return {want} (see distrl.policy.networks)"
+                )
+
+
 class ActorCritic(nn.Module):
     # Buffers of continuous policies, registered in __init__.
     action_low: torch.Tensor
@@ -90,8 +114,9 @@ class ActorCritic(nn.Module):
         self.normalizer = RunningNorm(obs_dim, enabled=cfg.obs_normalization)
         # registered only when used, so policies without it keep their state_dict keys
         self.reward_norm = ReturnScale() if cfg.reward_normalization else None
-        self.actor = mlp(obs_dim, cfg.actor_hidden, action_space.dim, cfg.activation, 0.01)
-        self.critic = mlp(obs_dim, cfg.critic_hidden, 1, cfg.activation, 1.0)
+        self.actor, self.critic = networks.build(cfg, obs_dim, action_space.dim, mlp)
+        if cfg.network != "mlp":
+            _check_shapes(cfg.network, self.actor, self.critic, obs_dim, action_space.dim)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((action_space.dim,), cfg.init_log_std))
             self.register_buffer("action_low", torch.tensor(action_space.low))

@@ -1,0 +1,220 @@
+"""The Python API: build a config, train, get the trained policy back.
+
+    import distrl
+
+    cfg = distrl.make_config("cartpole", agent={"max_iterations": 50}, seed=1)
+    result = distrl.train(cfg)
+    actions = result.policy.act_deterministic(obs)      # raw observations in, env actions out
+    distrl.export(result.run_dir, "onnx")
+
+The same script runs in one process (a notebook, ``python script.py``) and on N ranks under
+``torchrun --nproc-per-node N script.py``: ``train`` joins the process group torchrun describes
+and every rank returns a result (rank 0's is the one to save or export: ``result.is_main``).
+``make_config(..., nproc=N)`` started from one process runs the ranks for you (built-in tasks;
+a task or network registered in your script exists only in processes that run the script, so
+start those with torchrun).
+
+``train`` leaves the caller's process as it found it: the intra-op thread count, the CPU
+affinity, the denormal mode and the global RNG states (torch, numpy, random) it changes for
+training are put back when it returns or raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import random
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from distrl.config import TrainConfig, to_dict, validate
+from distrl.policy.actor_critic import ActorCritic
+
+
+def make_config(task: str, *args: str, **overrides: Any) -> TrainConfig:
+    """The task's tuned defaults, then ``args`` (command-line words, e.g.
+    ``"--agent.max-iterations", "50"``), then ``overrides``: top-level fields by name, sections
+    as dicts (``agent={"max_iterations": 50}``) or as config dataclasses. Validated: a bad
+    value raises ValueError naming the field and the fix. ``task`` may also be the path of a
+    run's ``config.yaml`` (see ``load_config``)."""
+    from distrl.args import parse_train_args
+
+    with _process_state_restored():  # first use imports modules that draw from `random`
+        if task.endswith((".yaml", ".yml")):
+            cfg = parse_train_args(["--config", task, *args])
+        else:
+            cfg = parse_train_args([task, *args])
+        return validate(_override(cfg, overrides, ""))
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """The config a run wrote (``RUN/config.yaml``), ready to train again: a new run directory,
+    no resume, the process count it ran with. Unknown keys are refused, naming close ones."""
+    from distrl.args import load_config_file
+
+    return load_config_file(path)
+
+
+def _override(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
+    """``dataclasses.replace`` recursively: a dict for a section updates that section's
+    fields; unknown names raise ValueError with close matches."""
+    if not overrides:
+        return cfg
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    changes: dict[str, Any] = {}
+    for name, value in overrides.items():
+        if name not in fields:
+            close = difflib.get_close_matches(name, list(fields), n=3)
+            hint = f"; did you mean {', '.join(prefix + c for c in close)}?" if close else ""
+            raise ValueError(
+                f"unknown config field {prefix + name!r}{hint} (fields here: {', '.join(fields)})"
+            )
+        current = getattr(cfg, name)
+        if dataclasses.is_dataclass(current) and isinstance(value, dict):
+            value = _override(current, value, f"{prefix}{name}.")
+        elif isinstance(value, list):
+            value = tuple(value)
+        changes[name] = value
+    return dataclasses.replace(cfg, **changes)
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` returns on every rank."""
+
+    policy: ActorCritic | None
+    """The trained policy (eval mode, CPU), from the run's final checkpoint; None on a rank
+    that cannot read the run directory (another machine's disk)."""
+    config: TrainConfig
+    """The config the run trained with."""
+    run_dir: Path
+    """Where the run wrote config.yaml, metrics.jsonl, TensorBoard events and checkpoints."""
+    checkpoint: Path | None
+    """The final checkpoint the policy was loaded from."""
+    metrics: dict[str, Any]
+    """The run's final numbers (iteration, env steps, last return, time, ...)."""
+    rank: int = 0
+    """This process's global rank (0 without torchrun)."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def train(cfg: TrainConfig | str | None = None, /, **overrides: Any) -> TrainResult:
+    """Train ``cfg`` (a TrainConfig, a task name, or a config.yaml path; ``overrides`` as in
+    ``make_config``) and return the trained policy with the run's numbers.
+
+    Under torchrun every rank calls this and joins the process group (``distributed`` is set
+    for you). With ``nproc > 1`` outside torchrun, ``distrl train`` is started on that many
+    ranks and the result read from its run directory. Bad configs raise ValueError before
+    anything starts."""
+    from distrl import cli
+    from distrl.distributed import launch
+
+    if cfg is None or isinstance(cfg, str):
+        cfg = make_config(cfg or "cartpole", **overrides)
+    elif overrides:
+        cfg = validate(_override(cfg, overrides, ""))
+    under_torchrun = launch.under_torchrun()
+    if under_torchrun and not cfg.distributed:
+        cfg = dataclasses.replace(cfg, distributed=True)
+    if cfg.distributed and not under_torchrun:
+        raise ValueError(
+            "distributed=True but this process was not started by torchrun (no RANK/WORLD_SIZE "
+            "in the environment); set nproc=N to start N ranks, or run the script with "
+            "torchrun --nproc-per-node N"
+        )
+    with _process_state_restored():  # building the returned policy draws from the RNG too
+        cli.check_before_start(cfg)
+        if cfg.nproc > 1 and not under_torchrun:
+            return _launch(cfg)
+        final = cli.run_training(cfg)
+        return _result(cfg, Path(final["run_dir"]), final)
+
+
+def _launch(cfg: TrainConfig) -> TrainResult:
+    """``nproc`` ranks of ``distrl train --config`` under torchrun, for a built-in task."""
+    from distrl import args
+    from distrl.distributed import launch
+    from distrl.envs.registry import is_user_task
+
+    if is_user_task(cfg.task) or cfg.policy.network != "mlp":
+        raise ValueError(
+            f"nproc={cfg.nproc} starts fresh processes, where task {cfg.task!r} / network "
+            f"{cfg.policy.network!r} registered by this script does not exist; run the script "
+            f"itself on every rank instead: torchrun --nproc-per-node {cfg.nproc} script.py"
+        )
+    run_dir = Path(cfg.run_dir or args.default_run_dir(cfg.task))
+    with tempfile.TemporaryDirectory(prefix="distrl-") as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+        code = launch.launch(
+            cfg.nproc,
+            cfg.max_restarts,
+            ["train", "--config", str(path), "--distributed", "True", "--run-dir", str(run_dir)],
+        )
+    if code != 0:
+        raise RuntimeError(f"distrl train on {cfg.nproc} ranks exited with code {code}")
+    return _result(cfg, run_dir, {})
+
+
+def _result(cfg: TrainConfig, run_dir: Path, final: dict[str, Any]) -> TrainResult:
+    from distrl.checkpoint import find_latest_valid
+
+    rank = int(os.environ.get("RANK", "0"))
+    path = find_latest_valid(run_dir / "checkpoints")[0] if run_dir.exists() else None
+    policy = load_policy(path)[0] if path is not None else None
+    metrics = {k: v for k, v in final.items() if k != "run_dir"}
+    if not metrics:  # launched: the ranks' numbers are in the run's metrics file
+        from distrl.telemetry import read_metrics
+
+        records = read_metrics(run_dir / "metrics.jsonl") if run_dir.exists() else []
+        metrics = dict(records[-1]) if records else {}
+    return TrainResult(policy, cfg, run_dir, path, metrics, rank)
+
+
+def load_policy(path: str | Path, device: str = "cpu") -> tuple[ActorCritic, TrainConfig]:
+    """(policy in eval mode, its run's config) from a run directory (newest valid checkpoint)
+    or a checkpoint file. A registered network must be registered in this process too."""
+    from distrl.envs.registry import get_task
+    from distrl.play import load, make_policy
+
+    dev = torch.device(device)
+    cfg, state, _, _ = load(str(path), dev)
+    env = get_task(cfg.task).make_env(1, dev, cfg.env.max_episode_steps)
+    try:
+        return make_policy(env, cfg, state), cfg
+    finally:
+        env.close()
+
+
+def _flush_denormal() -> bool:
+    """Whether this thread flushes denormals to zero now (torch has a setter, no getter)."""
+    return float(torch.tensor([1e-39]) * 1.0) == 0.0
+
+
+class _process_state_restored:
+    """Put back what training changes in the calling process (see the module docstring)."""
+
+    def __enter__(self) -> None:
+        self.threads = torch.get_num_threads()
+        self.affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        self.denormal = _flush_denormal()
+        self.rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+
+    def __exit__(self, *exc: object) -> None:
+        torch.set_num_threads(self.threads)
+        if self.affinity is not None:
+            os.sched_setaffinity(0, self.affinity)
+        torch.set_flush_denormal(self.denormal)
+        torch.set_rng_state(self.rng[0])
+        np.random.set_state(self.rng[1])
+        random.setstate(self.rng[2])

@@ -150,6 +150,11 @@ class DistConfig:
     """learner-actor, async: a rollout collected with weights more than this many versions old
     is dropped by its learner (counted in dist/dropped_samples), and an actor waits rather than
     collect one that would be."""
+    correction: Literal["vtrace", "none"] = "vtrace"
+    """learner-actor, async: vtrace: advantages and value targets by V-trace (IMPALA's
+    truncated importance weights, rho_bar = c_bar = 1) under the learner's current policy and
+    critic, since a rollout may come from weights up to --dist.max-policy-lag versions old;
+    none: GAE on the actor's values, as if on-policy."""
     slow_ranks: str = ""
     """Testing knob (stragglers): 'RANK:FACTOR,...', e.g. '1:2.0' makes rank 1's env steps
     take twice as long (it sleeps (FACTOR - 1) x each step's own time)."""

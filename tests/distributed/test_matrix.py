@@ -46,10 +46,9 @@ def train(tmp_path: Path, task: str, flags: list[str]) -> tuple[list[dict], str]
 def test_on_policy_ppo_solves_cartpole_under(tmp_path, strategy):
     records, _ = train(tmp_path, "cartpole", STRATEGIES[strategy])
     best = max(r["episode_return_mean"] or 0.0 for r in records)
-    # Async learner-actor trains on rollouts up to --dist.max-policy-lag versions old and
-    # plateaus below 475 without an off-policy correction; it must still learn the task.
-    target = 400.0 if strategy == "learner-actor-async" else 475.0
-    assert best >= target, [r["episode_return_mean"] for r in records]
+    # Async learner-actor included: its rollouts are up to --dist.max-policy-lag versions old,
+    # and V-trace (the default --dist.correction) corrects for that.
+    assert best >= 475.0, [r["episode_return_mean"] for r in records]
 
 
 @pytest.mark.timeout(300)

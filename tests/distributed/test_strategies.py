@@ -43,9 +43,11 @@ def test_another_strategys_option_is_refused_by_name(strategy, dist, named):
     assert named in str(e.value) and f"--dist.strategy {strategy}" in str(e.value)
 
 
-def test_the_policy_lag_without_async_is_refused():
+@pytest.mark.parametrize("dist", [dict(max_policy_lag=5), dict(correction="none")])
+def test_async_options_without_async_are_refused(dist):
     with pytest.raises(ValueError, match="--dist.sync async"):
-        check_strategy(cfg(strategy="learner-actor", max_policy_lag=5), world_size=2)
+        check_strategy(cfg(strategy="learner-actor", **dist), world_size=2)
+    check_strategy(cfg(strategy="learner-actor", sync="async", **dist), world_size=2)
 
 
 def test_an_unknown_strategy_names_the_known_ones():

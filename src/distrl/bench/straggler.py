@@ -29,7 +29,7 @@ class StragglerArgs:
     modes: str = "allreduce,ps-bsp,ps-asp,ps-bap:1,ps-bap:2,ps-bap:4"
     """Modes, comma-separated; ps-bap:S sets --dist.ps.staleness S; la is learner-actor
     (on-policy, one learner + the workers as actors), la-async:K its async mode with
-    --dist.max-policy-lag K."""
+    --dist.max-policy-lag K (V-trace), la-async-gae:K the same without the correction."""
     straggler: bool = True
     """Also run every mode with one slowed worker (False: even workers only)."""
     slowdown: float = 2.0
@@ -53,16 +53,18 @@ class StragglerArgs:
 def mode_args(mode: str, a: StragglerArgs) -> tuple[str, list[str], int, int]:
     """(label, train flags, world size, the straggler's rank) of one mode."""
     name, _, s = mode.partition(":")
-    if name in ("la", "la-async"):  # rank 0 learns; the workers act
+    if name in ("la", "la-async", "la-async-gae"):  # rank 0 learns; the workers act
         flags = ["--dist.strategy", "learner-actor"]
-        if name == "la-async":
+        if name != "la":
             flags += ["--dist.sync", "async", "--dist.max-policy-lag", s or "2"]
+            flags += ["--dist.correction", "none" if name == "la-async-gae" else "vtrace"]
         return mode, flags, a.workers + 1, a.workers
     if name == "allreduce":
         return name, ["--dist.strategy", "allreduce"], a.workers, a.workers - 1
     if name not in ("ps-bsp", "ps-asp", "ps-bap"):
         raise ValueError(
-            f"unknown mode {mode!r}: allreduce, ps-bsp, ps-asp, ps-bap:S, la or la-async:K"
+            f"unknown mode {mode!r}: allreduce, ps-bsp, ps-asp, ps-bap:S, la, la-async:K or "
+            f"la-async-gae:K"
         )
     flags = ["--dist.strategy", name]
     if name == "ps-bap":

@@ -60,7 +60,7 @@ STRATEGIES: dict[str, StrategySpec] = {
     "ps-asp": StrategySpec(_ps("asp"), ("ps.staleness_lr",)),
     "ps-bap": StrategySpec(_ps("bap"), ("ps.staleness", "ps.lifetime")),
     "learner-actor": StrategySpec(
-        LearnerActor, ("learners", "sync", "max_policy_lag"), refuses=(_EPISODIC_LA,)
+        LearnerActor, ("learners", "sync", "max_policy_lag", "correction"), refuses=(_EPISODIC_LA,)
     ),
 }
 
@@ -103,11 +103,16 @@ def check_strategy(cfg: TrainConfig, world_size: int, episodic: bool = False) ->
             "ship the discounted returns the reward scale is fitted to; pass "
             "--policy.reward-normalization False or use another strategy"
         )
-    if name == "learner-actor" and cfg.dist.sync != "async" and cfg.dist.max_policy_lag != 2:
-        raise ValueError(
-            f"--dist.max-policy-lag {cfg.dist.max_policy_lag} is read only with --dist.sync "
-            f"async (on-policy actors always wait for the newest weights); add --dist.sync async"
-        )
+    if name == "learner-actor" and cfg.dist.sync != "async":
+        for flag, value, default in (
+            ("max-policy-lag", cfg.dist.max_policy_lag, 2),
+            ("correction", cfg.dist.correction, "vtrace"),
+        ):
+            if value != default:
+                raise ValueError(
+                    f"--dist.{flag} {value} is read only with --dist.sync async (on-policy "
+                    f"actors always wait for the newest weights); add --dist.sync async"
+                )
     algorithm = EPISODIC if episodic else ON_POLICY
     for refused, why in spec.refuses:
         if refused == algorithm:

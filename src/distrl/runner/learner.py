@@ -10,13 +10,22 @@ import torch
 from distrl.algorithms.ppo import PPO, GradientStep
 from distrl.config import AgentConfig
 from distrl.policy import ActorCritic
-from distrl.storage.advantages import gae
+from distrl.storage.advantages import gae, vtrace
 from distrl.storage.rollout import RolloutBuffer, minibatch_indices
 
 
 class Learner:
-    def __init__(self, policy: ActorCritic, cfg: AgentConfig, num_envs: int, shuffle_seed: int):
+    def __init__(
+        self,
+        policy: ActorCritic,
+        cfg: AgentConfig,
+        num_envs: int,
+        shuffle_seed: int,
+        off_policy: bool = False,
+    ):
         self.policy, self.cfg, self.num_envs = policy, cfg, num_envs
+        self.off_policy = off_policy
+        """V-trace instead of GAE: the rollouts may come from older weights (async actors)."""
         self.ppo = PPO(policy, cfg)
         # Every rank shuffles its own batch with the same seed, so minibatch j of all ranks
         # together is one global minibatch (see minibatch_indices).
@@ -29,8 +38,12 @@ class Learner:
 
     @torch.no_grad()
     def advantages(self, buf: RolloutBuffer, last_obs: torch.Tensor) -> None:
-        """GAE(gamma, lambda) into ``buf.advantages`` and ``buf.returns``."""
+        """GAE(gamma, lambda) into ``buf.advantages`` and ``buf.returns``; with ``off_policy``
+        V-trace (``vtrace``) under the current policy and critic instead."""
         a = self.cfg
+        if self.off_policy:
+            self._vtrace(buf, last_obs)
+            return
         buf.advantages, buf.returns = gae(
             buf.rewards,
             buf.values,
@@ -38,6 +51,29 @@ class Learner:
             buf.truncated,
             buf.final_values,
             self.policy.value(last_obs),
+            a.gamma,
+            a.gae_lambda,
+        )
+
+    def _vtrace(self, buf: RolloutBuffer, last_obs: torch.Tensor) -> None:
+        """V-trace targets and advantages for a rollout an actor collected with older weights:
+        the current policy's log-probs and the current critic's values over the whole batch.
+        ``buf.values`` become the current critic's (the value clip then centres on them); the
+        truncated steps' V(final_obs) stay the actor's (final observations are not shipped)."""
+        a = self.cfg
+        T, N = buf.rewards.shape
+        logp, _, values = self.policy.evaluate(
+            buf.obs.reshape(T * N, -1), buf.actions.reshape(T * N, *buf.actions.shape[2:])
+        )
+        buf.values = values.reshape(T, N)
+        buf.advantages, buf.returns = vtrace(
+            buf.rewards,
+            buf.values,
+            buf.terminated,
+            buf.truncated,
+            buf.final_values,
+            self.policy.value(last_obs),
+            logp.reshape(T, N) - buf.logprobs,
             a.gamma,
             a.gae_lambda,
         )

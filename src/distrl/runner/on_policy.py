@@ -53,7 +53,12 @@ class OnPolicyRunner(Runner):
         self.policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(env.device)
         roles = strategy.roles
         slots = roles.remote_rollouts or 1
-        self.learner = Learner(self.policy, cfg.agent, env.num_envs * slots, cfg.seed)
+        d = cfg.dist  # async actors' rollouts may come from older weights: V-trace
+        off_policy = d.strategy == "learner-actor" and d.sync == "async"
+        off_policy = off_policy and d.correction == "vtrace"
+        self.learner = Learner(
+            self.policy, cfg.agent, env.num_envs * slots, cfg.seed, off_policy=off_policy
+        )
         self.ppo = self.learner.ppo
         self.collector: Collector | None = None  # this rank's own envs
         self.remote: RemoteRollouts | None = None  # or the rollouts other ranks collect

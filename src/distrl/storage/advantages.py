@@ -49,6 +49,55 @@ def gae(
     return adv, adv + values
 
 
+def vtrace(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    final_values: torch.Tensor,
+    last_values: torch.Tensor,
+    log_rhos: torch.Tensor,
+    gamma: float,
+    lam: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace (IMPALA, Espeholt et al. 2018) for rollouts collected by an older policy:
+    (policy-gradient advantages, value targets v_s), both [T, N].
+
+    ``values``/``final_values``/``last_values`` come from the current critic, ``log_rhos`` =
+    log pi(a|s) - log mu(a|s) (current over behaviour policy). With rho_t = min(rho_bar,
+    e^log_rho) and c_t = lam * min(c_bar, e^log_rho):
+
+        v_s - V(s) = rho_s delta_s + gamma c_s (v_{s+1} - V(s+1)),
+        delta_s = r_s + gamma V(s+1) - V(s),
+        A_s = rho_s (r_s + gamma v_{s+1} - V(s)),
+
+    with episode ends as in ``gae``: no bootstrap after ``terminated``, V(final_obs) after
+    ``truncated`` (where v_{s+1} is V(final_obs) too: the trace stops at the boundary). On
+    policy (log_rhos = 0) v_s is exactly GAE(lambda)'s return."""
+    T = rewards.shape[0]
+    term = terminated.to(rewards.dtype)
+    trunc = truncated.to(rewards.dtype)
+    not_done = 1.0 - torch.maximum(term, trunc)
+    trunc = trunc * (1.0 - term)
+    ratio = log_rhos.exp()
+    rho = ratio.clamp(max=rho_bar)
+    c = lam * ratio.clamp(max=c_bar)
+    next_values = torch.cat([values[1:], last_values.unsqueeze(0)], 0)
+    boot = not_done * next_values + trunc * final_values
+    deltas = rho * (rewards + gamma * boot - values)
+    acc = torch.empty_like(rewards)
+    running = torch.zeros_like(last_values)
+    for t in range(T - 1, -1, -1):
+        running = deltas[t] + gamma * c[t] * not_done[t] * running
+        acc[t] = running
+    vs = values + acc
+    vs_next = torch.cat([vs[1:], last_values.unsqueeze(0)], 0)
+    boot_vs = not_done * vs_next + trunc * final_values
+    return rho * (rewards + gamma * boot_vs - values), vs
+
+
 def rloo(returns: torch.Tensor) -> torch.Tensor:
     """Leave-one-out advantages for returns [G, k] (G groups of k samples from one start)."""
     k = returns.shape[-1]

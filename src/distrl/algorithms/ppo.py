@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import torch
 from torch import nn
 
+from distrl.algorithms.adam import FlatAdam
 from distrl.config import AgentConfig
 from distrl.storage.rollout import Batch, RolloutBuffer
 
@@ -63,7 +64,7 @@ class GradientLearner(Protocol):
         """The learning rate the next step takes (adaptive or scheduled)."""
         ...
 
-    optimizer: torch.optim.Optimizer
+    optimizer: FlatAdam
 
     def decide(self, flat: torch.Tensor) -> Decision: ...
 
@@ -163,9 +164,7 @@ class PPO:
             p.grad = self.flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
         self.flat_param.grad = self.flat[:n]
-        self.optimizer: torch.optim.Optimizer = torch.optim.Adam(
-            [self.flat_param], lr=cfg.learning_rate, eps=cfg.adam_eps
-        )
+        self.optimizer = FlatAdam(self.flat_param, lr=cfg.learning_rate, eps=cfg.adam_eps)
         self.lr = cfg.learning_rate
         self.skipped_total = 0
         self.consecutive_skips = 0

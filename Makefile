@@ -5,6 +5,7 @@
 # out (those tests then skip, naming the reason) and `make setup-mujoco` adds it later.
 # It includes the video extra too (imageio-ffmpeg 0.6.0: a 29 MB wheel with its own ffmpeg; 0.8.x
 # is 68 MB), so `play --video` and its test run where the system has headless OpenGL (libEGL).
+# And the export extra (onnx, onnxruntime: ~37 MB of wheels), for `distrl export --format onnx`.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -12,7 +13,7 @@ STAMP   := $(VENV)/.installed
 TASK    ?= cartpole
 NPROC   ?= 2
 ARGS    ?=
-EXTRAS  ?= dev,mujoco,video
+EXTRAS  ?= dev,mujoco,video,export
 
 .PHONY: setup setup-mujoco train test test-fast lint format bench clean
 

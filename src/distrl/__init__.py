@@ -6,7 +6,7 @@ The public API (``import distrl``):
     load_config("runs/x/config.yaml")          -> TrainConfig (train a run again)
     train(cfg)                                  -> TrainResult (.policy, .run_dir, .metrics)
     load_policy(run_dir_or_checkpoint)          -> (ActorCritic, TrainConfig)
-    export(run_dir_or_checkpoint, "onnx")       -> ExportResult
+    export(run_dir_or_checkpoint, "onnx")       -> ExportResult (.path, .metadata)
     register_task(name, make_env=... | gym=...) your own batched torch env or Gymnasium env
     register_network(name, actor=..., critic=...) your own actor and critic bodies
     check_env(env)                              test a VecEnv against the contract
@@ -27,7 +27,8 @@ _EXPORTS = {
     "train": "distrl.api",
     "load_policy": "distrl.api",
     "TrainResult": "distrl.api",
-    "export": "distrl.export",
+    "export": "distrl.exporting",
+    "ExportResult": "distrl.exporting",
     "register_task": "distrl.envs.registry",
     "register_network": "distrl.policy.networks",
     "check_env": "distrl.envs.check",
@@ -40,6 +41,7 @@ _EXPORTS = {
 __all__ = [
     "ActionSpace",
     "ActorCritic",
+    "ExportResult",
     "TrainConfig",
     "TrainResult",
     "VecEnv",
@@ -60,6 +62,8 @@ if TYPE_CHECKING:
     from distrl.envs.check import check_env
     from distrl.envs.core import ActionSpace, VecEnv
     from distrl.envs.registry import register_task
+    from distrl.exporting import ExportResult
+    from distrl.exporting import export_policy as export
     from distrl.policy.actor_critic import ActorCritic
     from distrl.policy.networks import register_network
 

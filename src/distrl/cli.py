@@ -1,4 +1,4 @@
-"""Command line: `distrl train|play|bench|list`, and `train` / `play` as their own scripts.
+"""Command line: `distrl train|play|export|bench|list`, and `train` / `play` as their own scripts.
 
 `train <task> [overrides]` is parsed in two steps (as mjlab does): the task name selects the
 task's tuned default config, then tyro parses the overrides on top of it, e.g.
@@ -29,6 +29,9 @@ commands:
                               train again with a run's config
   play <run-dir|checkpoint>   run the deterministic policy and print mean ± std return;
                               --video out.mp4 records one episode
+  export <run-dir|checkpoint> [--format onnx|torchscript] [--output FILE]
+                              the deterministic actor, normalizer baked in, checked
+                              against the checkpoint (docs/export.md)
   bench <what> [options]      measure throughput, time to solve, scaling (`distrl bench --help`)
   list                        every task with a one-line description
 """
@@ -251,6 +254,20 @@ def play_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def export_main(argv: list[str]) -> int:
+    from distrl.exporting import ExportArgs, ParityError, describe, export_policy
+
+    args = tyro.cli(ExportArgs, args=argv, prog="distrl export")
+    try:
+        result = export_policy(args.path, args.format, args.output, check=args.check)
+    except ParityError as e:  # a file was made and disagreed: a failure, not a usage mistake
+        return _fail(str(e), 1)
+    except ValueError as e:  # ExportError and the checkpoint's own errors name their fix
+        return _fail(str(e))
+    print(describe(result))
+    return 0
+
+
 def list_main() -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -279,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         return play_main(rest)
     if cmd == "list":
         return list_main()
+    if cmd == "export":
+        return export_main(rest)
     if cmd == "bench":
         from distrl.bench.cli import bench_main
 

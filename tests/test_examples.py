@@ -1,0 +1,63 @@
+"""The scripts in examples/ run as a user runs them: a fresh interpreter in a scratch directory,
+and the own-env script also on 2 ranks under torchrun (the same script, unchanged)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import BIN
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def _run(cmd: list[str], cwd: Path) -> str:
+    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=220)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _final_return(out: str, task: str) -> float:
+    found = re.findall(rf"^{task}: return (-?[0-9.]+)", out, re.M)
+    assert found, out[-2000:]
+    return float(found[-1])
+
+
+def test_own_env_example_learns(tmp_path):
+    out = _run([sys.executable, str(EXAMPLES / "own_env.py")], tmp_path)
+    assert _final_return(out, "goto") > -10.0  # a still point scores about -33
+    assert len(list((tmp_path / "runs" / "goto").iterdir())) == 1
+
+
+def test_own_env_example_under_torchrun(tmp_path):
+    out = _run(
+        [str(BIN / "torchrun"), "--nproc-per-node", "2", str(EXAMPLES / "own_env.py")], tmp_path
+    )
+    assert out.count("goto: return") == 1, "only rank 0 reports"
+    assert _final_return(out, "goto") > -10.0
+    assert "2 rank(s)" in out
+
+
+def test_own_network_example_solves_cartpole(tmp_path):
+    out = _run([sys.executable, str(EXAMPLES / "own_network.py")], tmp_path)
+    assert "LayerNorm" in out
+    assert _final_return(out, "cartpole") >= 475.0
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None,
+    reason="needs the export extra: pip install -e '.[export]'",
+)
+def test_quickstart_trains_to_475_exports_onnx_and_onnxruntime_agrees(tmp_path):
+    out = _run([sys.executable, str(EXAMPLES / "quickstart.py")], tmp_path)
+    assert "onnxruntime agrees on 100.0% of 1000 actions" in out
+    assert (next((tmp_path / "runs" / "cartpole").iterdir()) / "exported" / "policy.onnx").is_file()

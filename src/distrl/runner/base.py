@@ -187,6 +187,7 @@ class Runner(ABC):
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "wall_time": self.wall_time(),
+            "unix_time": time.time(),  # when the record was made: start-up included timings
             "perf/sps": steps / t_iter,
             "time/iteration": t_iter,
             "time/rollout": t_rollout,

@@ -156,11 +156,11 @@ def _launch(cfg: TrainConfig) -> TrainResult:
     with tempfile.TemporaryDirectory(prefix="distrl-") as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
-        code = launch.launch(
-            cfg.nproc,
-            cfg.max_restarts,
-            ["train", "--config", str(path), "--distributed", "True", "--run-dir", str(run_dir)],
-        )
+        argv = ["train", "--config", str(path), "--distributed", "True", "--run-dir", str(run_dir)]
+        # --config drops resume: pass it on; with restarts a restart continues, not starts over
+        if cfg.resume is not None or cfg.max_restarts > 0:
+            argv += ["--resume", cfg.resume or "auto"]
+        code = launch.launch(cfg.nproc, cfg.max_restarts, argv)
     if code != 0:
         raise RuntimeError(f"distrl train on {cfg.nproc} ranks exited with code {code}")
     return _result(cfg, run_dir, {})

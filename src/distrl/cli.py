@@ -46,24 +46,50 @@ def check_before_start(cfg: TrainConfig) -> None:
     """Refuse what cannot run before torchrun, a process group or a run directory exists.
 
     ``validate`` checks the config's own fields; this checks them against the world outside it:
-    GPUs for the ranks, and the ``--resume`` target (it exists; in the launcher and a single
-    process also that its checkpoint is compatible with this config and world size). Inside a
-    torchrun rank only the cheap checks run: rank 0 verifies the checkpoint in ``run_training``.
+    torchrun's environment against ``--distributed``, the device and backend, the task's extra
+    and Gymnasium spaces, the network, wandb, the run directory (a run already there needs
+    ``--resume``), and the ``--resume`` target (it exists; in the launcher and a single process
+    also that its checkpoint is compatible with this config and world size). Inside a torchrun
+    rank the run-directory and checkpoint checks are left to the launcher and to rank 0's
+    ``run_training`` (an elastic restart re-enters the same run directory on purpose).
     Raises ValueError (``CheckpointError`` is one) naming the problem and the fix.
     """
     from distrl import checkpoint as ckpt
     from distrl.distributed import context, launch
 
+    check_launch_mode(cfg)
     launching = cfg.nproc > 1 and not launch.under_torchrun()
     _, _, world, local_world = context.env_ranks() if cfg.distributed else (0, 0, 1, 1)
     if launching:
         world = local_world = cfg.nproc
     context.check_devices(cfg.device, local_world)
+    context.check_backend(cfg.dist.backend, cfg.device)
     from distrl.distributed.strategies import check_strategy
     from distrl.envs.registry import get_task
+    from distrl.policy.networks import check_network
 
-    episodic = get_task(cfg.task).suite is not None
+    task = get_task(cfg.task)
+    episodic = task.suite is not None
+    if task.preflight is not None:
+        task.preflight()
+    if task.suite is not None:
+        task.suite.select(cfg.multitask.tasks)
+    elif cfg.multitask.tasks:
+        raise ValueError(
+            f"--multitask.tasks applies to the episodic suites (reach10, metaworld-mt10), not to "
+            f"{cfg.task}; drop it, or train a suite: distrl train reach10 --multitask.tasks ..."
+        )
+    check_network(cfg.policy.network)
     check_strategy(cfg, world, episodic)
+    if cfg.wandb:
+        import importlib.util
+
+        from distrl.telemetry import WANDB_MISSING
+
+        if importlib.util.find_spec("wandb") is None:
+            raise ValueError(WANDB_MISSING)
+    if cfg.resume is None and not launch.under_torchrun():
+        check_run_dir_free(cfg.run_dir)
     if cfg.agent.total_timesteps is not None and episodic:
         raise ValueError(
             f"--agent.total-timesteps does not apply to {cfg.task}: its episodic RLOO runner "
@@ -94,6 +120,57 @@ def check_before_start(cfg: TrainConfig) -> None:
     path, _ = ckpt.resolve_resume(cfg.resume, Path(cfg.run_dir) if cfg.run_dir else None)
     if path is not None:
         ckpt.check_resume_compatible(ckpt.read_manifest(path), to_dict(cfg), world)
+
+
+def check_launch_mode(cfg: TrainConfig) -> None:
+    """``--distributed`` must say what started this process: torchrun with several ranks needs
+    it (without, every rank would train alone into the same run directory), and without
+    torchrun there is no process group to join (``--nproc N`` starts one)."""
+    from distrl.distributed import context, launch
+
+    if launch.under_torchrun():
+        world = context.env_ranks()[2]
+        if world > 1 and not cfg.distributed:
+            raise ValueError(
+                f"this process was started by torchrun (WORLD_SIZE={world}) but --distributed is "
+                f"False: every rank would train alone into the same run directory; add "
+                f"--distributed True, or let distrl start the ranks: distrl train {cfg.task} "
+                f"--nproc {world}"
+            )
+    elif cfg.distributed and cfg.nproc == 1:
+        raise ValueError(
+            "--distributed True joins the process group of a torchrun launch, but this process "
+            "was not started by torchrun (no RANK/WORLD_SIZE/LOCAL_RANK in the environment); "
+            f"use distrl train {cfg.task} --nproc N to start N ranks, or torchrun "
+            "--nproc_per_node=N --no_python distrl train ... --distributed True"
+        )
+
+
+def check_run_dir_free(run_dir: str | None) -> None:
+    """Refuse to start a new run in a directory that already holds one (metrics or
+    checkpoints): its metrics would be appended to the old ones and its checkpoints mixed with
+    theirs. An absent or empty directory, or one with neither, is free."""
+    from distrl import checkpoint as ckpt
+    from distrl.telemetry import METRICS_FILE, read_metrics
+
+    if run_dir is None:
+        return
+    path = Path(run_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--run-dir {run_dir} is a file; pass a directory (new or empty)")
+    metrics = path / METRICS_FILE
+    checkpoints = ckpt.list_checkpoints(path / "checkpoints")
+    if not checkpoints and not (metrics.is_file() and metrics.stat().st_size > 0):
+        return
+    iterations = [ckpt.checkpoint_iteration(p) or 0 for p in checkpoints[:1]]
+    if metrics.is_file():
+        records = read_metrics(metrics)
+        iterations += [r["iteration"] for r in records if isinstance(r.get("iteration"), int)]
+    at = f"iteration {max(iterations)}" if iterations else "no iteration finished"
+    raise ValueError(
+        f"run dir {run_dir} already holds a run ({at}); pass --resume auto to continue it or "
+        f"choose a new --run-dir"
+    )
 
 
 def run_training(cfg: TrainConfig) -> dict:
@@ -213,6 +290,8 @@ def train_main(argv: list[str] | None = None) -> int:
         # abbreviation of its --nproc-per-node. The world size is in every checkpoint manifest.
         args = launch.strip_launch_flags(argv)
         args = ["train", *args, "--distributed", "True", "--run-dir", run_dir]
+        if cfg.max_restarts > 0 and cfg.resume is None:  # a restart continues, not starts over
+            args += ["--resume", "auto"]
         return launch.launch(cfg.nproc, cfg.max_restarts, args)
     if not launch.under_torchrun():
         run_training(cfg)

@@ -8,6 +8,7 @@ numbers and the fix before any env, process group or file is created.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Literal
@@ -234,7 +235,8 @@ class TrainConfig:
     nproc: int = 1
     """Start this many local processes under torchrun (standalone, loopback)."""
     max_restarts: int = 0
-    """torchrun elastic restarts when a rank dies (use with --resume auto)."""
+    """torchrun elastic restarts when a rank dies (with --nproc N); the restarted ranks resume
+    from the run's newest valid checkpoint (--resume auto is implied)."""
     threads: int | None = None
     """Intra-op threads per process; default cores / local world size."""
     run_dir: str | None = None
@@ -276,8 +278,16 @@ class TrainConfig:
 
 
 def _positive(errors: list[str], name: str, value: float, fix: str) -> None:
-    if value <= 0:
+    """A positive finite number (NaN and inf are refused too: both would train nonsense)."""
+    if not math.isfinite(value):
+        errors.append(f"{name} must be a finite number, got {value}; {fix}")
+    elif value <= 0:
         errors.append(f"{name} must be positive, got {value}; {fix}")
+
+
+def _non_negative(errors: list[str], name: str, value: float, fix: str) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        errors.append(f"{name} must be 0 or more (and finite), got {value}; {fix}")
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
@@ -301,12 +311,16 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         errors.append(
             f"--max-restarts must be 0 or more, got {cfg.max_restarts}; 0 disables restarts"
         )
+    elif cfg.max_restarts > 0 and cfg.nproc == 1:
+        errors.append(
+            f"--max-restarts {cfg.max_restarts} restarts the ranks that --nproc N starts under "
+            f"torchrun, and one process (--nproc 1) has no torchrun to restart it; add --nproc N "
+            f"(N >= 2), or drop --max-restarts"
+        )
     if e.max_episode_steps is not None:
         _positive(errors, "--env.max-episode-steps", e.max_episode_steps, "or leave it unset")
-    if not 0.0 <= a.gamma <= 1.0:
-        errors.append(f"--agent.gamma must be in [0, 1], got {a.gamma}")
-    if not 0.0 <= a.gae_lambda <= 1.0:
-        errors.append(f"--agent.gae-lambda must be in [0, 1], got {a.gae_lambda}")
+    _validate_agent(errors, a)
+    _validate_policy(errors, cfg.policy)
     if a.num_minibatches > 0 and e.num_envs > 0 and a.num_steps > 0:
         batch = cfg.batch_size
         if batch % a.num_minibatches:
@@ -348,11 +362,43 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _validate_multitask(errors, cfg.multitask)
     if a.total_timesteps is not None:
         _positive(errors, "--agent.total-timesteps", a.total_timesteps, "or leave it unset")
-    if a.target_kl is not None and a.target_kl <= 0:
+    if a.target_kl is not None and not a.target_kl > 0:  # NaN too
         errors.append(f"--agent.target-kl must be positive or None, got {a.target_kl}")
     if errors:
         raise ValueError("invalid configuration:\n  - " + "\n  - ".join(errors))
     return cfg
+
+
+def _validate_agent(errors: list[str], a: AgentConfig) -> None:
+    """The PPO numbers that have a legal range but no relation to other fields."""
+    if not 0.0 < a.gamma <= 1.0:  # also refuses NaN
+        errors.append(
+            f"--agent.gamma must be in (0, 1], got {a.gamma}; it is the discount factor, "
+            f"e.g. 0.99 (0 would make every return the immediate reward)"
+        )
+    if not 0.0 <= a.gae_lambda <= 1.0:  # 0 is a real choice: one-step TD advantages
+        errors.append(f"--agent.gae-lambda must be in [0, 1], got {a.gae_lambda}; use e.g. 0.95")
+    _positive(errors, "--agent.clip-coef", a.clip_coef, "use e.g. 0.2")
+    if not a.max_grad_norm > 0:  # inf is allowed: it turns the clip off
+        errors.append(
+            f"--agent.max-grad-norm must be positive, got {a.max_grad_norm}; use e.g. 0.5 or "
+            f"1.0 (inf turns gradient clipping off)"
+        )
+    _positive(errors, "--agent.adam-eps", a.adam_eps, "use e.g. 1e-5")
+    _positive(errors, "--agent.desired-kl", a.desired_kl, "use e.g. 0.01")
+    _non_negative(errors, "--agent.vf-coef", a.vf_coef, "use e.g. 0.5 or 1.0")
+    _non_negative(errors, "--agent.ent-coef", a.ent_coef, "use e.g. 0.0 or 0.01")
+
+
+def _validate_policy(errors: list[str], p: PolicyConfig) -> None:
+    for name, widths in (("actor-hidden", p.actor_hidden), ("critic-hidden", p.critic_hidden)):
+        if any(w < 1 for w in widths):
+            errors.append(
+                f"--policy.{name} widths must be 1 or more, got {' '.join(map(str, widths))}; "
+                f"e.g. --policy.{name} 64 64"
+            )
+    if not math.isfinite(p.init_log_std):
+        errors.append(f"--policy.init-log-std must be finite, got {p.init_log_std}; use e.g. 0.0")
 
 
 def _validate_multitask(errors: list[str], m: MultiTaskConfig) -> None:

@@ -31,7 +31,7 @@ class PlayArgs:
     seed: int = 12345
     """Env seed (different from training seeds by default)."""
     device: str = "cpu"
-    """Torch device."""
+    """Torch device (cpu, cuda, cuda:K), or auto: the GPU when there is one."""
     video: str | None = None
     """Record one episode (env seed --seed) to this .mp4 file instead of evaluating: the MuJoCo
     tasks and gym:<Id> tasks that render rgb_array; needs the video extra."""
@@ -83,6 +83,12 @@ def make_policy(env: VecEnv, cfg: TrainConfig, state: dict[str, Any]) -> ActorCr
 
 def play(args: PlayArgs) -> torch.Tensor:
     """Evaluate (or, with ``--video``, record) and print; returns the episodes' returns."""
+    from distrl.distributed.context import check_device, pick_device
+
+    check_device(args.device)
+    args = dataclasses.replace(args, device=str(pick_device(args.device, 0)))  # auto: GPU if any
+    if args.num_envs is not None and args.num_envs < 1:
+        raise ValueError(f"--num-envs must be at least 1, got {args.num_envs}; or leave it unset")
     if args.video is not None:
         return record(args, args.video)
     episodes = 10 if args.episodes is None else args.episodes

@@ -3,6 +3,7 @@ seed, one process each; the median over seeds is the figure we quote."""
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import subprocess
 import time
@@ -62,7 +63,11 @@ def time_to_target(records: list[dict], target: float) -> tuple[float | None, in
 def run_seed(
     task: str, seed: int, run_dir: Path, extra: list[str], threads: int
 ) -> tuple[list[dict], float]:
-    """The run's metrics records and the time.time() just before its command started."""
+    """The run's metrics records and the time.time() just before its command started. A run
+    left in ``run_dir`` by an earlier ``bench solve`` is deleted first (``distrl train`` refuses a
+    run directory that holds a run)."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
     cmd = [
         *PYTHON_CLI,
         "train",

@@ -106,13 +106,80 @@ def check_strategy(cfg: TrainConfig, world_size: int) -> None:
         )
 
 
+def available_devices() -> list[str]:
+    """What ``--device`` can be on this machine and torch build, e.g. auto, cpu, cuda:0."""
+    out = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        out.append("mps")
+    return out
+
+
+def check_device(spec: str, flag: str = "--device") -> None:
+    """Refuse a ``--device`` that is malformed (``gpu``) or absent here (``cuda`` on a CPU build
+    of torch, ``cuda:3`` with two GPUs), naming the devices there are: torch would otherwise
+    fail deep inside the first rank with an AttributeError or an invalid-ordinal error."""
+    if spec == "auto":
+        return
+    devices = available_devices()
+    choices = ", ".join(devices)
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, ValueError):
+        raise ValueError(
+            f"{flag} {spec!r} is not a torch device; use one of: {choices} (auto picks the GPU "
+            f"when there is one)"
+        ) from None
+    if device.type == "cpu":
+        return
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = (
+                f"this torch build ({torch.__version__}) has no CUDA support"
+                if torch.version.cuda is None
+                else "no CUDA GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+            )
+            raise ValueError(f"{flag} {spec}: {why}; use one of: {choices}")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(
+                f"{flag} {spec}: this machine has {count} visible GPU(s); use one of: {choices}"
+            )
+        return
+    if device.type == "mps" and "mps" in devices:
+        return
+    raise ValueError(f"{flag} {spec}: distrl trains on CPU or CUDA here; use one of: {choices}")
+
+
+def check_backend(backend: str, device: str) -> None:
+    """Refuse ``--dist.backend nccl`` where the ranks would not train on CUDA (NCCL only moves
+    tensors between GPUs): the process group would fail at its first collective."""
+    if backend != "nccl":
+        return
+    on = pick_device(device, 0).type  # the device is checked (check_device) before this
+    if on != "cuda":
+        raise ValueError(
+            f"--dist.backend nccl needs CUDA devices, but the ranks would train on {on} "
+            f"(--device {device}); use --dist.backend gloo, or auto (NCCL on GPUs, Gloo on CPU)"
+        )
+    if not dist.is_nccl_available():
+        raise ValueError(
+            f"--dist.backend nccl: this torch build ({torch.__version__}) has no NCCL; use "
+            f"--dist.backend gloo, or auto"
+        )
+
+
 def check_devices(device: str, local_world_size: int) -> None:
     """Refuse more local ranks than GPUs when ranks would use CUDA: rank i takes cuda:i, so the
     extra ranks would fail inside the process group with an invalid device ordinal.
 
     For DD-PPO this is the only way a world can be larger than its work: each rank runs its own
     --env.num-envs, so there is nothing to split that could run out. CPU ranks are never refused
-    (more ranks than cores only time-slice)."""
+    (more ranks than cores only time-slice). First ``check_device``: the spec must name a
+    device this machine has."""
+    check_device(device)
     if local_world_size <= 1 or not torch.cuda.is_available():
         return
     spec = torch.device("cuda" if device == "auto" else device)

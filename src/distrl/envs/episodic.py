@@ -18,6 +18,7 @@ init-state lists they ship).
 
 from __future__ import annotations
 
+import difflib
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,9 +58,13 @@ class EpisodicSuite:
         """The tasks to train, in suite order: ``names`` (every task when empty)."""
         unknown = [n for n in names if n not in self.task_names]
         if unknown:
+            named = []
+            for n in unknown:
+                close = difflib.get_close_matches(n, self.task_names, n=3, cutoff=0.6)
+                named.append(n + (f" (did you mean {' or '.join(close)}?)" if close else ""))
             raise ValueError(
-                f"--multitask.tasks: {', '.join(unknown)} not in this suite; its tasks are "
-                f"{', '.join(self.task_names)}"
+                f"--multitask.tasks: {', '.join(named)} not in this suite; its tasks are "
+                f"{', '.join(self.task_names)} (leave --multitask.tasks out to train them all)"
             )
         if len(set(names)) != len(names):
             raise ValueError(f"--multitask.tasks names a task twice: {list(names)}")

@@ -63,6 +63,39 @@ def _action_space(env_id: str, space: spaces.Space) -> ActionSpace:
     )
 
 
+def _box_observation(env_id: str, space: spaces.Space) -> spaces.Box:
+    """``space`` if it is a Box (any shape: it is flattened); otherwise a ValueError."""
+    if not isinstance(space, spaces.Box):
+        raise ValueError(
+            f"gym:{env_id} has observation space {space}; distrl needs a Box observation "
+            f"(wrap the env with e.g. gymnasium.wrappers.FlattenObservation and register it)"
+        )
+    return space
+
+
+def _missing_dependency(env_id: str, error: Exception) -> str:
+    return (
+        f"gym:{env_id} needs an optional dependency ({error}); for MuJoCo environments "
+        f"install distrl's mujoco extra: pip install 'distrl[mujoco]'"
+    )
+
+
+def check_spaces(env_id: str) -> None:
+    """Refuse ``gym:<env_id>`` before training when ``GymVecEnv`` cannot step it: one env is
+    built and closed, and its observation space must be a Box and its action space Discrete or
+    a 1-D Box. A missing optional dependency (MuJoCo, Box2D) is a ValueError naming it too."""
+    env_id = resolve_env_id(env_id)
+    try:
+        env = gymnasium.make(env_id)
+    except gymnasium.error.DependencyNotInstalled as e:
+        raise ValueError(_missing_dependency(env_id, e)) from e
+    try:
+        _box_observation(env_id, env.observation_space)
+        _action_space(env_id, env.action_space)
+    finally:
+        env.close()
+
+
 class GymVecEnv(VecEnv):
     """``num_envs`` copies of Gymnasium env ``env_id``, returning torch tensors on ``device``.
 
@@ -105,10 +138,7 @@ class GymVecEnv(VecEnv):
                 **kwargs,
             )
         except gymnasium.error.DependencyNotInstalled as e:
-            raise ImportError(
-                f"gym:{env_id} needs an optional dependency ({e}); for MuJoCo environments "
-                f"install distrl's mujoco extra: pip install 'distrl[mujoco]'"
-            ) from e
+            raise ImportError(_missing_dependency(env_id, e)) from e
         mode = self.vector_env.metadata.get("autoreset_mode")
         if mode != AutoresetMode.SAME_STEP:
             self.vector_env.close()
@@ -117,13 +147,11 @@ class GymVecEnv(VecEnv):
                 f"distrl needs AutoresetMode.SAME_STEP (use vectorization_mode='sync')"
             )
 
-        obs_space = self.vector_env.single_observation_space
-        if not isinstance(obs_space, spaces.Box):
+        try:
+            obs_space = _box_observation(env_id, self.vector_env.single_observation_space)
+        except ValueError:
             self.vector_env.close()
-            raise ValueError(
-                f"gym:{env_id} has observation space {obs_space}; distrl needs a Box observation "
-                f"(wrap the env with e.g. gymnasium.wrappers.FlattenObservation and register it)"
-            )
+            raise
         self.env_id = env_id
         self.num_envs = num_envs
         self.device = torch.device(device)

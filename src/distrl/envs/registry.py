@@ -50,6 +50,9 @@ class Task:
     suite: EpisodicSuite | None = None
     """Set for multi-task episodic suites: ``distrl train`` then runs the episodic RLOO runner
     (``runner/episodic.py``) on the suite; ``make_env`` is a mixed-task env for ``play``."""
+    preflight: Callable[[], None] | None = None
+    """Raises ValueError naming the fix when the task cannot be built here (a missing extra, a
+    Gymnasium space distrl cannot step); ``distrl train`` runs it before anything starts."""
 
 
 def _config(
@@ -69,6 +72,26 @@ def _config(
     return make
 
 
+MUJOCO_HINT = "make setup-mujoco, or pip install -c constraints.txt -e '.[mujoco]'"
+
+
+def mujoco_installed() -> bool:
+    """Whether the mujoco package can be imported (without importing it: that takes ~0.3 s)."""
+    import importlib.util
+
+    return importlib.util.find_spec("mujoco") is not None
+
+
+def _require_mujoco(task: str) -> Callable[[], None]:
+    def check() -> None:
+        if not mujoco_installed():
+            raise ValueError(
+                f"task {task} needs the mujoco extra, which is not installed: {MUJOCO_HINT}"
+            )
+
+    return check
+
+
 def _mujoco(cls_name: str) -> Callable[[int, torch.device, int | None], VecEnv]:
     """Factory of a batched MuJoCo env from ``distrl.envs.mujoco`` (imported only when built)."""
 
@@ -78,10 +101,7 @@ def _mujoco(cls_name: str) -> Callable[[int, torch.device, int | None], VecEnv]:
         except ModuleNotFoundError as e:
             if e.name != "mujoco":
                 raise
-            raise ImportError(
-                "the MuJoCo tasks need the mujoco extra: make setup-mujoco, or "
-                "pip install -c constraints.txt -e '.[mujoco]'"
-            ) from e
+            raise ImportError(f"the MuJoCo tasks need the mujoco extra: {MUJOCO_HINT}") from e
         return getattr(mujoco, cls_name)(num_envs, device, max_episode_steps)
 
     return make
@@ -179,24 +199,28 @@ _BUILTINS: dict[str, Task] = {
             "extra",
             make_env=_mujoco("HalfCheetah"),
             default_config=_mujoco_config("halfcheetah"),
+            preflight=_require_mujoco("halfcheetah"),
         ),
         Task(
             name="hopper",
             description="Hopper-v5 hop (continuous 3-D), batched MuJoCo; needs the mujoco extra",
             make_env=_mujoco("Hopper"),
             default_config=_mujoco_config("hopper"),
+            preflight=_require_mujoco("hopper"),
         ),
         Task(
             name="walker2d",
             description="Walker2d-v5 walk (continuous 6-D), batched MuJoCo; needs the mujoco extra",
             make_env=_mujoco("Walker2d"),
             default_config=_mujoco_config("walker2d"),
+            preflight=_require_mujoco("walker2d"),
         ),
         Task(
             name="ant",
             description="Ant-v5 walk (continuous 8-D), batched MuJoCo; needs the mujoco extra",
             make_env=_mujoco("Ant"),
             default_config=_mujoco_config("ant"),
+            preflight=_require_mujoco("ant"),
         ),
     )
 }
@@ -356,11 +380,17 @@ def _gym_task(name: str, description: str | None = None) -> Task:
 
         return GymVecEnv(env_id, num_envs, device, max_episode_steps=max_episode_steps)
 
+    def preflight() -> None:
+        from distrl.envs.gym import check_spaces
+
+        check_spaces(env_id)
+
     return Task(
         name=name,
         description=description or f"Gymnasium {env_id} through the Gymnasium adapter",
         make_env=make_env,
         default_config=_GYM_CONFIGS.get(env_id, _gym_default)(name),
+        preflight=preflight,
     )
 
 

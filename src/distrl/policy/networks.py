@@ -66,6 +66,18 @@ def network_names() -> list[str]:
     return ["mlp", *_NETWORKS]
 
 
+def check_network(name: str) -> None:
+    """Refuse a ``--policy.network`` that is not registered in this process (``distrl train``
+    runs it before anything starts; ``build`` again where the policy is made)."""
+    if name != "mlp" and name not in _NETWORKS:
+        raise ValueError(
+            f"--policy.network {name!r} is not registered in this process (known: "
+            f"{', '.join(network_names())}); call distrl.register_network({name!r}, "
+            f"actor=..., critic=...) before building the policy, in every process that builds "
+            f"it (training ranks, and the process that plays or exports the run)"
+        )
+
+
 def build(
     cfg: PolicyConfig,
     obs_dim: int,
@@ -79,14 +91,8 @@ def build(
             mlp(obs_dim, cfg.actor_hidden, action_dim, cfg.activation, 0.01),
             mlp(obs_dim, cfg.critic_hidden, 1, cfg.activation, 1.0),
         )
-    net = _NETWORKS.get(cfg.network)
-    if net is None:
-        raise ValueError(
-            f"--policy.network {cfg.network!r} is not registered in this process (known: "
-            f"{', '.join(network_names())}); call distrl.register_network({cfg.network!r}, "
-            f"actor=..., critic=...) before building the policy, in every process that builds "
-            f"it (training ranks, and the process that plays or exports the run)"
-        )
+    check_network(cfg.network)
+    net = _NETWORKS[cfg.network]
     actor, critic = net.actor(obs_dim, action_dim), net.critic(obs_dim)
     for role, module in (("actor", actor), ("critic", critic)):
         if not isinstance(module, nn.Module):

@@ -38,13 +38,13 @@ test-fast: setup
 	$(BIN)/pytest -q -m "not slow" $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff format --check src tests examples
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff check --fix src tests
-	$(BIN)/ruff format src tests
+	$(BIN)/ruff check --fix src tests examples
+	$(BIN)/ruff format src tests examples
 
 bench: setup
 	$(BIN)/distrl bench throughput

@@ -7,8 +7,9 @@ import torch
 import distrl
 
 result = distrl.train("cartpole")  # the task's tuned defaults; add overrides as keywords
-print(f"return {result.metrics['episode_return_mean']:.1f} after {result.metrics['env_steps']:,} steps")
-assert result.metrics["episode_return_mean"] >= 475
+final = result.metrics
+print(f"return {final['episode_return_mean']:.1f} after {final['env_steps']:,} steps")
+assert final["episode_return_mean"] >= 475
 
 exported = distrl.export(result.run_dir, "onnx")  # deterministic actor, normalizer baked in
 session = onnxruntime.InferenceSession(str(exported.path))

@@ -21,3 +21,18 @@ def _restore_global_state(monkeypatch):
     np.random.set_state(np_state)
     random.setstate(py_state)
     torch.set_flush_denormal(False)  # run_training turns it on for CPU ranks; off by default
+
+
+@pytest.fixture(scope="session")
+def two_rank_reference(tmp_path_factory):
+    """Run directory of one uninterrupted 2-rank run (seed 0, tests.reliability.conftest's
+    ``two_rank_command``): what the determinism, elastic-restart and namespace-testbed tests
+    must equal bit for bit. Session-wide, so the suite starts it once."""
+    from tests.reliability.conftest import two_rank_command
+    from tests.reliability.workers import run_cli
+
+    run_dir = tmp_path_factory.mktemp("two_rank_reference") / "run"
+    code, out, err, secs = run_cli(two_rank_command(run_dir), timeout=60)
+    print(f"2-rank reference run: {secs:.1f} s")
+    assert code == 0, out + err
+    return run_dir

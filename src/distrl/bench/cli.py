@@ -9,6 +9,7 @@ from collections.abc import Callable
 import tyro
 
 from distrl.bench.broadcast import BroadcastArgs, broadcast
+from distrl.bench.cluster import ClusterArgs, cluster
 from distrl.bench.comm import CommArgs, comm
 from distrl.bench.learn import LearnArgs, learn
 from distrl.bench.project import ProjectArgs, project_cmd
@@ -29,6 +30,8 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   straggler    allreduce vs parameter server (BSP, ASP, BAP), with and without a slow worker
   broadcast    learner -> actor weight sync: routing table vs naive vs dist.broadcast, GB/s
   roofline     one iteration against the machine's matmul limit at its exact GEMM shapes, by phase
+  cluster      nodes in network namespaces on rate-limited links (root): all-reduce vs the
+               alpha-beta model per link rate and past W=2; routing-table weight sync vs naive
 """
 
 COMMANDS: dict[str, tuple[type, Callable]] = {
@@ -41,6 +44,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "straggler": (StragglerArgs, straggler),
     "broadcast": (BroadcastArgs, broadcast),
     "roofline": (RooflineArgs, roofline),
+    "cluster": (ClusterArgs, cluster),
 }
 """Benchmark name -> (its arguments, parsed by tyro; the function that runs it)."""
 

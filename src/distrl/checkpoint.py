@@ -154,9 +154,17 @@ def _atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
 
 
 def save_checkpoint(
-    directory: Path, iteration: int, state: dict, meta: dict, keep: int | None = None
+    directory: Path,
+    iteration: int,
+    state: dict,
+    meta: dict,
+    keep: int | None = None,
+    name: str | None = None,
 ) -> Path:
     """Write ``state`` as checkpoint ``iteration`` in ``directory``; return the data file path.
+
+    ``name`` (e.g. ``best.pt``) writes that file instead of ``ckpt_<iteration>.pt``: the same
+    format and atomicity, but not a checkpoint that resume discovery or pruning ever sees.
 
     ``meta`` (JSON-serialisable) goes into the manifest next to file, sha256, size,
     schema_version and iteration. The runner passes config, config_hash, world_size, env_steps
@@ -176,7 +184,7 @@ def save_checkpoint(
         raise ValueError(f"meta may not set manifest keys {clash}; they are computed here")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    path = checkpoint_path(directory, iteration)
+    path = directory / name if name is not None else checkpoint_path(directory, iteration)
     manifest_file = manifest_path(path)
     # Fail on unserialisable metadata before touching any file.
     json.dumps(meta)
@@ -418,6 +426,13 @@ def resolve_resume(resume: str, run_dir: Path | None) -> tuple[Path | None, list
     if not path.exists():
         raise CheckpointError(path, "--resume path does not exist")
     if path.is_file():
+        if checkpoint_iteration(path) is None and read_manifest(path).get("policy_only"):
+            raise CheckpointError(
+                path,
+                "holds only the policy (the best evaluation's, for play, export and "
+                "--init-from), not the optimizer, env and RNG states a resume continues; "
+                f"resume from a {CHECKPOINT_GLOB} file or the run directory",
+            )
         return path, []
     ckdir = path / "checkpoints" if (path / "checkpoints").is_dir() else path
     if not list_checkpoints(ckdir):

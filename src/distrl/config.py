@@ -188,6 +188,21 @@ def parse_slow_ranks(spec: str) -> dict[int, float]:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation during training (``distrl.evaluation``): the deterministic policy on the main
+    rank, in an env of its own, every episode decided before it runs."""
+
+    interval: int = 0
+    """Evaluate every this many iterations and after the last (0: never)."""
+    episodes: int = 10
+    """Episodes per evaluation."""
+    seed: int = 12345
+    """Env seed of every evaluation (the same episodes each time)."""
+    num_envs: int = 64
+    """At most this many envs step the episodes in parallel."""
+
+
+@dataclass(frozen=True)
 class MultiTaskConfig:
     """Multi-task episodic RLOO sharding (RIPT); read only by episodic suites (``reach10``,
     ``metaworld-mt10``). The parallel envs per rank are ``--env.num-envs``; of ``--agent`` the
@@ -226,6 +241,7 @@ class TrainConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     multitask: MultiTaskConfig = field(default_factory=MultiTaskConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 0
     """Base seed; each rank uses seed + global rank."""
     device: str = "auto"
@@ -360,6 +376,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             f"many of the newest checkpoints to keep (leave it unset to keep them all)"
         )
     _validate_multitask(errors, cfg.multitask)
+    if cfg.eval.interval < 0:
+        errors.append(f"--eval.interval must be 0 (off) or more, got {cfg.eval.interval}")
+    if cfg.eval.episodes < 1:
+        errors.append(f"--eval.episodes must be at least 1, got {cfg.eval.episodes}")
+    if cfg.eval.num_envs < 1:
+        errors.append(f"--eval.num-envs must be at least 1, got {cfg.eval.num_envs}")
     if a.total_timesteps is not None:
         _positive(errors, "--agent.total-timesteps", a.total_timesteps, "or leave it unset")
     if a.target_kl is not None and not a.target_kl > 0:  # NaN too

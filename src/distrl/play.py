@@ -1,10 +1,10 @@
-"""`distrl play <run-dir|checkpoint> --episodes N`: evaluate the deterministic policy;
+"""`distrl play <run-dir|checkpoint> --episodes N`: evaluate the deterministic policy (every env
+runs its share of the episodes to the end: ``distrl.evaluation``);
 `--video out.mp4`: record one such episode, rendered offscreen (``distrl.render``)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,7 @@ from distrl import checkpoint as ckpt
 from distrl.config import TrainConfig, from_dict
 from distrl.envs.core import VecEnv
 from distrl.envs.registry import make_env
+from distrl.evaluation import evaluate
 from distrl.policy import ActorCritic
 
 
@@ -35,33 +36,6 @@ class PlayArgs:
     video: str | None = None
     """Record one episode (env seed --seed) to this .mp4 file instead of evaluating: the MuJoCo
     tasks and gym:<Id> tasks that render rgb_array; needs the video extra."""
-
-
-def evaluate(
-    policy: ActorCritic,
-    env: VecEnv,
-    episodes: int,
-    seed: int,
-    before_step: Callable[[], None] | None = None,
-) -> torch.Tensor:
-    """Returns of the first ``episodes`` episodes completed by the deterministic policy;
-    ``before_step()`` runs before every step (``--video`` takes a frame there)."""
-    obs = env.reset(seed=seed)
-    ep_ret = torch.zeros(env.num_envs, device=obs.device)
-    done_returns: list[torch.Tensor] = []
-    count = 0
-    with torch.no_grad():
-        while count < episodes:
-            if before_step is not None:
-                before_step()
-            obs, rew, term, trunc, _ = env.step(policy.act_deterministic(obs))
-            ep_ret += rew
-            done = term | trunc
-            if done.any():
-                done_returns.append(ep_ret[done].clone())
-                count += int(done.sum())
-                ep_ret[done] = 0.0
-    return torch.cat(done_returns)[:episodes]
 
 
 def load(path: str, device: torch.device) -> tuple[TrainConfig, dict[str, Any], Path, dict]:
@@ -98,14 +72,14 @@ def play(args: PlayArgs) -> torch.Tensor:
     cfg, state, path, manifest = load(args.path, device)
     n = args.num_envs or min(episodes, 64)
     env = make_env(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=n)), device)
-    returns = evaluate(make_policy(env, cfg, state), env, episodes, args.seed)
-    env.close()
-    std = float(returns.std()) if returns.numel() > 1 else 0.0
+    with closing(env):
+        result = evaluate(make_policy(env, cfg, state), env, episodes, args.seed)
     print(
-        f"{cfg.task}: {episodes} episodes, return {float(returns.mean()):.2f} ± {std:.2f} "
-        f"(checkpoint {path}, iteration {manifest['iteration']})"
+        f"{cfg.task}: {episodes} episodes, return {result.mean:.2f} ± {result.std:.2f}, length "
+        f"{float(result.lengths.float().mean()):.1f} (checkpoint {path}, iteration "
+        f"{manifest['iteration']})"
     )
-    return returns
+    return result.returns
 
 
 def record(args: PlayArgs, video: str) -> torch.Tensor:
@@ -124,7 +98,7 @@ def record(args: PlayArgs, video: str) -> torch.Tensor:
     env, frames = render.make_video_env(cfg.task, cfg.env.max_episode_steps, device)
     with closing(env), closing(frames), closing(render.Mp4Writer(video, frames.fps)) as out:
         policy = make_policy(env, cfg, state)
-        returns = evaluate(policy, env, 1, args.seed, lambda: out.write(frames.render()))
+        returns = evaluate(policy, env, 1, args.seed, lambda: out.write(frames.render())).returns
     print(
         f"{cfg.task}: video {video}, {out.frames} frames at {frames.fps:g} fps, "
         f"return {float(returns[0]):.2f} (seed {args.seed}, checkpoint {path}, "

@@ -32,6 +32,7 @@ from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig, to_dict
 from distrl.distributed.base import StatsLayout, Strategy
 from distrl.distributed.context import rank_seed
+from distrl.evaluation import BEST, Evaluator
 from distrl.policy import ActorCritic
 from distrl.runner.hooks import HOOKS, Hooks
 from distrl.telemetry import Telemetry
@@ -68,6 +69,7 @@ class Runner(ABC):
         self.iteration = 0
         self.wall_offset = 0.0
         self._start = time.perf_counter()
+        self.evaluator: Evaluator | None = None  # built on the main rank at the first due eval
 
     # ---- the algorithm plug-in ----------------------------------------------------------------
     @abstractmethod
@@ -202,12 +204,44 @@ class Runner(ABC):
         return time.perf_counter() - self._start
 
     def log(self, record: dict[str, Any]) -> None:
+        """Log one record; on the main rank first add the evaluation when one is due."""
+        if self.strategy.is_main and self.cfg.eval.interval > 0:
+            self.evaluate_into(record)
         self.tel.log(record)
         for h in self.hooks:
             h.after_iteration(self, record)
 
     def message(self, text: str) -> None:
         self.tel.message(text)
+
+    def evaluate_into(self, record: dict[str, Any]) -> None:
+        """``--eval.interval``: add the eval/* metrics to ``record`` when due, and keep a new
+        best as ``checkpoints/best.pt`` (``distrl.evaluation.Evaluator``)."""
+        it = int(record.get("iteration", self.iteration))
+        if self.evaluator is None:
+            device = next(self.policy.parameters()).device
+            self.evaluator = Evaluator(self.cfg, device, self.run_dir)
+        ev = self.evaluator
+        if not ev.due(it):
+            return
+        ev.last_iteration = it
+        metrics = ev.run(self.policy)
+        record.update(metrics)
+        mean, e = metrics["eval/return_mean"], self.cfg.eval
+        text = (
+            f"eval: iteration {it}, return {mean:.2f} ± {metrics['eval/return_std']:.2f} over "
+            f"{e.episodes} episodes (seed {e.seed}, {metrics['eval/time']:.2f} s)"
+        )
+        if ev.improved(mean) and self.run_dir is not None:
+            state = {"policy": self.policy.state_dict(), "iteration": it}
+            state |= {"env_steps": self.env_steps, "wall_time": self.wall_time()}
+            meta = ckpt.run_metadata(to_dict(self.cfg), self.strategy.world_size, self.env_steps)
+            meta |= {"eval_return_mean": mean, "policy_only": True}
+            path = ckpt.save_checkpoint(self.run_dir / "checkpoints", it, state, meta, name=BEST)
+            text += f"; best so far, kept as {path}"
+        self.message(text)
+        if it >= self.cfg.agent.max_iterations:
+            ev.close()
 
     # ---- checkpoints -----------------------------------------------------------------------
     def checkpoint_due(self) -> bool:

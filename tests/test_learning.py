@@ -1,5 +1,6 @@
 """Does it learn? The default cartpole config reaches Gymnasium's solved threshold (475) on one
-process and on two ranks. Marked slow; it still fits CI's budget (~15 s)."""
+process (two ranks and the other strategies: tests/distributed/test_matrix.py), and pendulum
+learns its swing-up. Marked slow; it still fits CI's budget (~15 s each)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ def best_return(run_dir) -> float:
     return max(r for r in returns if r is not None)
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
+# One process here; 2 ranks (and every other strategy) train the same default config to 475 in
+# tests/distributed/test_matrix.py::test_on_policy_ppo_solves_cartpole_under.
+@pytest.mark.parametrize("nproc", [1])
 def test_default_cartpole_reaches_475(tmp_path, nproc):
     run_dir = tmp_path / f"w{nproc}"
     cmd = [

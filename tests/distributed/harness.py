@@ -73,6 +73,7 @@ def run_ranks(
     timeout: float = 120.0,
     start_method: str = "forkserver",
     preload: list[str] | None = None,
+    wait_for: tuple[int, ...] | None = None,
 ) -> tuple[dict[int, tuple[str, Any]], dict[int, int | None], float]:
     """Run ``fn(rank, world, *args)`` in ``world`` new processes.
 
@@ -82,7 +83,9 @@ def run_ranks(
     environment. ``start_method="spawn"`` starts each from scratch.
 
     Returns ({rank: (status, result_or_error)}, {rank: exitcode}, elapsed seconds). Processes
-    still alive after ``timeout`` are killed and reported with exitcode None.
+    still alive after ``timeout`` are killed and reported with exitcode None; with ``wait_for``,
+    so are the other ranks' as soon as those ranks have exited (a stopped rank that a test
+    expects never to finish is not waited on for the whole timeout).
     """
     ctx = mp.get_context(start_method)
     if start_method == "forkserver":
@@ -103,7 +106,8 @@ def run_ranks(
             rank, status, value = q.get(timeout=0.2)
             results[rank] = (status, value)
         except queue.Empty:
-            if all(not p.is_alive() for p in procs):
+            waited = procs if wait_for is None else [procs[r] for r in wait_for]
+            if all(not p.is_alive() for p in waited):
                 try:  # drain what the last process put before exiting
                     while True:
                         rank, status, value = q.get(timeout=0.5)
@@ -112,7 +116,8 @@ def run_ranks(
                     break
     codes: dict[int, int | None] = {}
     for r, p in enumerate(procs):
-        p.join(max(0.0, deadline - time.monotonic()))
+        done_waiting = wait_for is not None and r not in wait_for
+        p.join(0.0 if done_waiting else max(0.0, deadline - time.monotonic()))
         if p.is_alive():
             p.kill()
             p.join()

@@ -34,12 +34,19 @@ def test_bsp_reproduces_allreduce_on_the_same_data(reward_norm: bool):
     ]
 
 
-def ps(tmp_path, dist: dict, agent: dict, fault: dict | None = None, timeout: float = 120):
+def ps(
+    tmp_path,
+    dist: dict,
+    agent: dict,
+    fault: dict | None = None,
+    timeout: float = 120,
+    wait_for: tuple[int, ...] | None = None,
+):
     """Run 1 server + 2 workers; returns (results, exit codes)."""
     from tests.distributed.workers import ps_run
 
     results, codes, _ = run_ranks(
-        ps_run, 3, str(tmp_path), dist, agent, fault or {}, timeout=timeout
+        ps_run, 3, str(tmp_path), dist, agent, fault or {}, timeout=timeout, wait_for=wait_for
     )
     return results, codes
 
@@ -119,8 +126,9 @@ def test_a_lost_server_stops_every_worker_naming_it(tmp_path, fault):
     # a worker names a silent server after 2 x timeout + 5 s (the server itself may spend up to
     # the timeout on another, stalled worker first): distributed.param_server.coordinator_wait
     results, codes = ps(
-        tmp_path, dist, dict(max_iterations=100_000), dict(server=fault, after=2.0), timeout=45
-    )
+        tmp_path, dist, dict(max_iterations=100_000), dict(server=fault, after=2.0), timeout=45,
+        wait_for=(1, 2),  # the stopped server never exits by itself: killed once they have
+    )  # fmt: skip
     t_fault = json.loads((tmp_path / "server_fault.json").read_text())["t"]
     for w in (1, 2):
         # exit 1 from the error; the process group is not torn down after a lost peer (that

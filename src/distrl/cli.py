@@ -1,4 +1,5 @@
-"""Command line: `distrl train|play|export|bench|list`, and `train` / `play` as their own scripts.
+"""Command line: `distrl train|play|export|demos|bench|list`, and `train` / `play` as their own
+scripts.
 
 `train <task> [overrides]` is parsed in two steps (as mjlab does): the task name selects the
 task's tuned default config, then tyro parses the overrides on top of it, e.g.
@@ -32,6 +33,8 @@ commands:
   export <run-dir|checkpoint> [--format onnx|torchscript] [--output FILE]
                               the deterministic actor, normalizer baked in, checked
                               against the checkpoint (docs/export.md)
+  demos <suite> --per-task N [--out FILE]
+                              scripted-expert demonstrations of an episodic suite
   bench <what> [options]      measure throughput, time to solve, scaling (`distrl bench --help`)
   list                        every task with a one-line description
 """
@@ -352,6 +355,17 @@ def export_main(argv: list[str]) -> int:
     return 0
 
 
+def demos_main(argv: list[str]) -> int:
+    from distrl import demos
+
+    args = tyro.cli(demos.DemosArgs, args=argv, prog="distrl demos")
+    try:
+        demos.demos_main(args)
+    except (ValueError, ImportError) as e:  # each names its fix
+        return _fail(str(e))
+    return 0
+
+
 def list_main() -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -382,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         return list_main()
     if cmd == "export":
         return export_main(rest)
+    if cmd == "demos":
+        return demos_main(rest)
     if cmd == "bench":
         from distrl.bench.cli import bench_main
 

@@ -1,0 +1,266 @@
+"""Demonstrations for post-training as RIPT does it (Tan et al. 2025): a policy first imitates a
+few demonstrations per task, then multi-task RLOO with a binary success reward lifts it. This
+module makes and reads the demonstrations; behaviour cloning from them is not built yet.
+
+    distrl demos reach10 --per-task 5 --out demos/reach10-5.pt
+    distrl demos metaworld-mt10 --per-task 5 --out demos/mt10-5.pt     # needs the metaworld extra
+
+Where demonstrations come from:
+  reach10          ``reach_expert``: a scripted controller on Reach10's observation (a PD law
+                   toward the goal that cancels wind and damping, plus a sideways push around an
+                   obstacle in the way); it succeeds from every shipped init state (tested)
+  metaworld-mt10   Meta-World's scripted v3 expert of each task (``metaworld.policies``,
+                   ``ENV_POLICY_MAP``), which reads the 39 state values (the one-hot task id that
+                   distrl appends is cut off); not run in this project's tests yet
+
+Demo episode i of a task starts from the suite's init state ``first_init + i`` (the shipped list
+of reach10, the goal variants of MT10(seed=0)).
+
+The file (``torch.save``; read back with ``weights_only=True``): a dict
+
+    {"format": "distrl-demos", "version": 1, "suite": name, "tasks": [names],
+     "meta": {per_task, first_init, max_episode_steps, obs_dim, action_dim, source, ...},
+     "data": {task: {"obs": [E, T, D] float32, "actions": [E, T, A] float32,
+                     "lengths": [E] int64, "success": [E] bool, "init_indices": [E] int64}}}
+
+Steps t >= lengths[e] are zero padding. Actions are what the expert chose, clipped to the
+action bounds (what the env executed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import tyro
+
+from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
+from distrl.storage.episodes import collect_episodes
+
+FORMAT, VERSION = "distrl-demos", 1
+
+
+@dataclass(frozen=True)
+class DemosArgs:
+    suite: tyro.conf.Positional[str]
+    """reach10 or metaworld-mt10 (needs the metaworld extra)."""
+    per_task: int = 5
+    """Expert episodes per task."""
+    out: str | None = None
+    """File to write (default demos/<suite>-<per-task>.pt)."""
+    tasks: tuple[str, ...] = ()
+    """Only these tasks of the suite (default: all)."""
+    first_init: int = 0
+    """Episode i of a task starts from init state first_init + i."""
+    seed: int = 0
+    """Env seed (what the init states leave random)."""
+
+
+SUITES = ("reach10", "metaworld-mt10")
+
+Expert = Callable[[torch.Tensor], torch.Tensor]
+"""obs [N, obs_dim] -> actions [N, action_dim] in the action bounds."""
+
+
+# ---- experts ---------------------------------------------------------------------------------
+def reach_expert(obs: torch.Tensor) -> torch.Tensor:
+    """Reach10's scripted controller, from the observation alone (layout in ``envs.reach``:
+    [x, y, vx, vy, gx - x, gy - y, ox - x, oy - y, r, mass, damping, wind_x, wind_y]).
+
+    Wanted acceleration a = kp e - kd v toward the goal (e = goal - p), plus a push sideways
+    around an obstacle that is near and ahead (perpendicular to the obstacle's direction, on the
+    goal's side); force u = (mass a + damping v - wind) / F, clipped to [-1, 1]."""
+    from distrl.envs.reach import FORCE
+
+    vel, to_goal, to_obs = obs[:, 2:4], obs[:, 4:6], obs[:, 6:8]
+    radius, mass, damping, wind = obs[:, 8:9], obs[:, 9:10], obs[:, 10:11], obs[:, 11:13]
+    kp, kd = 6.0, 4.0
+    accel = kp * to_goal - kd * vel
+    dist_o = to_obs.norm(dim=1, keepdim=True).clamp_min(1e-6)
+    toward_o = to_obs / dist_o
+    goal_dist = to_goal.norm(dim=1, keepdim=True).clamp_min(1e-6)
+    ahead = (toward_o * to_goal / goal_dist).sum(1, keepdim=True)  # cos of goal vs obstacle
+    perp = torch.stack((-toward_o[:, 1], toward_o[:, 0]), 1)
+    side = torch.where((perp * to_goal).sum(1, keepdim=True) >= 0, 1.0, -1.0)
+    # Active when the obstacle is ahead, nearer than the goal and within 0.35 of its rim.
+    near = (radius > 0) & (ahead > 0.0) & (dist_o < goal_dist) & (dist_o < radius + 0.35)
+    accel = accel + near.to(obs.dtype) * 6.0 * side * perp
+    u = (mass * accel + damping * vel - wind) / FORCE
+    return u.clamp(-1.0, 1.0)
+
+
+def metaworld_expert(task: str) -> Expert:
+    """Meta-World's scripted v3 policy of ``task`` on the first 39 values of each row."""
+    from distrl.envs.meta_world import STATE_DIM, _metaworld
+
+    _metaworld()  # the install hint when the package is missing
+    from metaworld.policies import ENV_POLICY_MAP
+
+    scripted = ENV_POLICY_MAP[task]()
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        state = obs[:, :STATE_DIM].detach().cpu().double().numpy()
+        actions = np.stack([scripted.get_action(row) for row in state]).astype(np.float32)
+        return torch.from_numpy(actions).clamp(-1.0, 1.0).to(obs.device)
+
+    return act
+
+
+def expert_for(suite: str, task: str) -> Expert:
+    if suite == "reach10":
+        return reach_expert
+    if suite == "metaworld-mt10":
+        return metaworld_expert(task)
+    raise ValueError(f"no scripted expert for {suite!r}; demonstrations exist for {SUITES}")
+
+
+# ---- collection ------------------------------------------------------------------------------
+def collect_task_demos(
+    env: EpisodicVecEnv, expert: Expert, per_task: int, first_init: int = 0, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """``per_task`` expert episodes in ``env``, episode i from init state ``first_init + i``."""
+    if not first_init >= 0 or first_init + per_task > env.num_init_states:
+        raise ValueError(
+            f"demos from init states {first_init}..{first_init + per_task - 1}: the task has "
+            f"{env.num_init_states} (0..{env.num_init_states - 1})"
+        )
+
+    def policy(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return expert(obs), torch.zeros(obs.shape[0], device=obs.device)
+
+    init = torch.arange(first_init, first_init + per_task)
+    batch = collect_episodes(env, policy, init, 1, seed)
+    return {
+        "obs": batch.obs.float().cpu(),
+        "actions": batch.actions.float().cpu(),
+        "lengths": batch.lengths.cpu(),
+        "success": batch.success.cpu(),
+        "init_indices": batch.init_indices.cpu(),
+    }
+
+
+def suite_of(name: str) -> EpisodicSuite:
+    from distrl.envs.registry import get_task
+
+    suite = get_task(name).suite
+    if suite is None or name not in SUITES:
+        raise ValueError(f"{name!r} is not an episodic suite with an expert; use one of {SUITES}")
+    return suite
+
+
+def make_demos(
+    suite_name: str,
+    per_task: int,
+    tasks: tuple[str, ...] = (),
+    first_init: int = 0,
+    num_envs: int | None = None,
+    max_episode_steps: int | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The demonstrations file's dict (module docstring) for ``suite_name``."""
+    if per_task < 1:
+        raise ValueError(f"--per-task must be at least 1, got {per_task}")
+    suite = suite_of(suite_name)
+    names = suite.select(tasks)
+    data: dict[str, dict[str, torch.Tensor]] = {}
+    t0 = time.perf_counter()
+    obs_dim = action_dim = steps = 0
+    for name in names:
+        env = suite.make_task_env(
+            name, num_envs or per_task, torch.device("cpu"), max_episode_steps
+        )
+        try:
+            data[name] = collect_task_demos(
+                env, expert_for(suite_name, name), per_task, first_init, seed
+            )
+            obs_dim, action_dim = env.obs_dim, env.action_space.dim
+            steps = env.max_episode_steps
+        finally:
+            env.close()
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "suite": suite_name,
+        "tasks": list(names),
+        "meta": {
+            "per_task": per_task,
+            "first_init": first_init,
+            "max_episode_steps": steps,
+            "obs_dim": obs_dim,
+            "action_dim": action_dim,
+            "seed": seed,
+            "source": "scripted reach controller (distrl.demos.reach_expert)"
+            if suite_name == "reach10"
+            else "metaworld.policies.ENV_POLICY_MAP (scripted v3 experts)",
+            "seconds": round(time.perf_counter() - t0, 3),
+        },
+        "data": data,
+    }
+
+
+def save_demos(demos: dict[str, Any], path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(demos, p)
+    return p
+
+
+def load_demos(path: str | Path) -> dict[str, Any]:
+    """A demonstrations file, checked: format, version, every task's tensors and shapes."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(f"--demos {path}: no such file; write one with `distrl demos`")
+    demos = torch.load(p, map_location="cpu", weights_only=True)
+    if not isinstance(demos, dict) or demos.get("format") != FORMAT:
+        raise ValueError(f"--demos {path}: not a distrl demonstrations file")
+    if demos.get("version") != VERSION:
+        raise ValueError(f"--demos {path}: version {demos.get('version')}, expected {VERSION}")
+    for name in demos["tasks"]:
+        d = demos["data"][name]
+        E = d["lengths"].shape[0]
+        shapes = {k: tuple(v.shape[:1]) for k, v in d.items()}
+        if any(s != (E,) for s in shapes.values()):
+            raise ValueError(f"--demos {path}: task {name}: episode counts differ: {shapes}")
+    return demos
+
+
+def demo_steps(
+    demos: dict[str, Any], tasks: tuple[str, ...] | None = None, successful_only: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, int]]:
+    """Every real step of the demos of ``tasks`` (all when None) as (obs [S, D], actions
+    [S, A]), optionally only from successful episodes; and the episodes used per task."""
+    obs, actions, used = [], [], {}
+    for name in tasks if tasks is not None else demos["tasks"]:
+        d = demos["data"][name]
+        keep = d["success"] if successful_only else torch.ones_like(d["success"])
+        T = d["obs"].shape[1]
+        mask = (torch.arange(T) < d["lengths"][:, None]) & keep[:, None]
+        obs.append(d["obs"][mask])
+        actions.append(d["actions"][mask])
+        used[name] = int(keep.sum())
+    return torch.cat(obs), torch.cat(actions), used
+
+
+def summary(demos: dict[str, Any]) -> str:
+    lines = [f"{demos['suite']}: {demos['meta']['per_task']} demos per task"]
+    for name in demos["tasks"]:
+        d = demos["data"][name]
+        ok, n = int(d["success"].sum()), d["success"].numel()
+        lines.append(
+            f"  {name:28s} success {ok}/{n}, mean length {float(d['lengths'].float().mean()):.1f}"
+        )
+    return "\n".join(lines)
+
+
+def demos_main(a: DemosArgs) -> Path:
+    """``distrl demos``: make, save and summarize; returns the file written."""
+    demos = make_demos(a.suite, a.per_task, a.tasks, a.first_init, seed=a.seed)
+    path = save_demos(demos, a.out or f"demos/{a.suite}-{a.per_task}.pt")
+    print(summary(demos))
+    print(f"written {path} ({demos['meta']['seconds']:.1f} s)")
+    return path

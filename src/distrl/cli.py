@@ -108,6 +108,8 @@ def check_before_start(cfg: TrainConfig) -> None:
             f"--policy.reward-normalization does not apply to {cfg.task}: its episodic RLOO "
             f"runner scores whole episodes; leave it off"
         )
+    if cfg.init_from is not None:
+        init_policy(cfg)  # the file and its policy's fit, checked (and read) before any start
     if cfg.resume is None:
         return
     if cfg.resume == "auto":
@@ -179,6 +181,34 @@ def check_run_dir_free(run_dir: str | None) -> None:
         f"run dir {run_dir} already holds a run ({at}); pass --resume auto to continue it or "
         f"choose a new --run-dir"
     )
+
+
+def init_policy(cfg: TrainConfig) -> tuple[dict, Path, int]:
+    """``--init-from``: (policy state, checkpoint, its iteration), refused with the fix when the
+    checkpoint's task or policy settings differ from this run's (its weights would not fit)."""
+    import torch
+
+    from distrl.play import load
+
+    src = Path(cfg.init_from or "").expanduser()
+    if not src.exists():
+        raise ValueError(f"--init-from {cfg.init_from}: no such run directory or checkpoint file")
+    theirs, state, path, manifest = load(str(src), torch.device("cpu"))
+    mine = to_dict(cfg)
+    if theirs.task != cfg.task:
+        raise ValueError(
+            f"--init-from {path}: its task is {theirs.task}, this run's {cfg.task}; a policy "
+            f"fits only the observations and actions of its own task"
+        )
+    ours, other = mine["policy"], to_dict(theirs)["policy"]
+    differ = [f"--policy.{k.replace('_', '-')} {other.get(k)} there, {v} here"
+              for k, v in ours.items() if other.get(k) != v]  # fmt: skip
+    if differ:
+        raise ValueError(
+            f"--init-from {path}: the policy differs ({'; '.join(differ)}); pass that run's "
+            f"--policy settings"
+        )
+    return state, path, int(manifest["iteration"])
 
 
 def run_training(cfg: TrainConfig) -> dict:
@@ -254,6 +284,10 @@ def run_training(cfg: TrainConfig) -> dict:
                 tel.message(f"resume: loaded {resume_path} at iteration {runner.iteration}")
                 for note in notes:
                     tel.message(f"resume: changed {note}")
+            elif cfg.init_from is not None:
+                state, path, at = init_policy(cfg)
+                runner.policy.load_state_dict(state)  # every rank reads the same file
+                tel.message(f"init: policy from {path} (its iteration {at}); iteration 0 here")
             elif cfg.resume:
                 tel.message("resume: no checkpoint yet in this run directory; starting fresh")
             if runner.iteration >= cfg.agent.max_iterations:

@@ -259,6 +259,10 @@ class TrainConfig:
     """Output directory; default runs/<task>/<timestamp>."""
     resume: str | None = None
     """Checkpoint path, run directory, or 'auto' (newest valid checkpoint in --run-dir)."""
+    init_from: str | None = None
+    """Start from this checkpoint's policy (weights and observation normalizer): a run
+    directory (its newest valid checkpoint), a ckpt_*.pt or a best.pt; fresh optimizer, iteration
+    0. Same task and --policy.* as that run. A checkpoint found by --resume auto wins."""
     tensorboard: bool = True
     """Write TensorBoard events into the run directory."""
     wandb: bool = False
@@ -376,6 +380,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             f"many of the newest checkpoints to keep (leave it unset to keep them all)"
         )
     _validate_multitask(errors, cfg.multitask)
+    if cfg.init_from is not None and cfg.resume not in (None, "auto"):
+        errors.append(
+            f"--init-from {cfg.init_from} and --resume {cfg.resume} contradict each other: "
+            f"--resume continues a run (its optimizer, iteration and env states), --init-from "
+            f"starts a new one from a policy; keep one"
+        )
     if cfg.eval.interval < 0:
         errors.append(f"--eval.interval must be 0 (off) or more, got {cfg.eval.interval}")
     if cfg.eval.episodes < 1:

@@ -18,6 +18,30 @@ from __future__ import annotations
 import torch
 
 
+def _episode_ends(
+    terminated: torch.Tensor, truncated: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(not_done, truncated_only) [T, N] as ``dtype``: 0 after any episode end; 1 where an
+    episode was truncated and not terminated (bootstrap from V(final_obs) there; a step that is
+    both terminated and truncated gets no bootstrap)."""
+    term = terminated.to(dtype)
+    trunc = truncated.to(dtype)
+    return 1.0 - torch.maximum(term, trunc), trunc * (1.0 - term)
+
+
+def _next_values(
+    values: torch.Tensor,
+    last_values: torch.Tensor,
+    not_done: torch.Tensor,
+    trunc: torch.Tensor,
+    final_values: torch.Tensor,
+) -> torch.Tensor:
+    """The value after each step [T, N]: ``values`` of the next step (``last_values`` after the
+    last) within an episode, V(final_obs) after a truncation, 0 after a termination."""
+    following = torch.cat([values[1:], last_values.unsqueeze(0)], 0)
+    return not_done * following + trunc * final_values
+
+
 def gae(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -34,12 +58,9 @@ def gae(
     V(final_obs) where truncated (other entries are ignored); last_values: V(s_T) [N].
     """
     T = rewards.shape[0]
-    term = terminated.to(rewards.dtype)
-    trunc = truncated.to(rewards.dtype)
-    not_done = 1.0 - torch.maximum(term, trunc)
-    trunc = trunc * (1.0 - term)  # a step that is both terminated and truncated: no bootstrap
-    next_values = torch.cat([values[1:], last_values.unsqueeze(0)], 0)
-    deltas = rewards + gamma * (not_done * next_values + trunc * final_values) - values
+    not_done, trunc = _episode_ends(terminated, truncated, rewards.dtype)
+    deltas = rewards + gamma * _next_values(values, last_values, not_done, trunc, final_values)
+    deltas = deltas - values
     discounts = gamma * lam * not_done
     adv = torch.empty_like(rewards)
     running = torch.zeros_like(last_values)
@@ -77,15 +98,11 @@ def vtrace(
     ``truncated`` (where v_{s+1} is V(final_obs) too: the trace stops at the boundary). On
     policy (log_rhos = 0) v_s is exactly GAE(lambda)'s return."""
     T = rewards.shape[0]
-    term = terminated.to(rewards.dtype)
-    trunc = truncated.to(rewards.dtype)
-    not_done = 1.0 - torch.maximum(term, trunc)
-    trunc = trunc * (1.0 - term)
+    not_done, trunc = _episode_ends(terminated, truncated, rewards.dtype)
     ratio = log_rhos.exp()
     rho = ratio.clamp(max=rho_bar)
     c = lam * ratio.clamp(max=c_bar)
-    next_values = torch.cat([values[1:], last_values.unsqueeze(0)], 0)
-    boot = not_done * next_values + trunc * final_values
+    boot = _next_values(values, last_values, not_done, trunc, final_values)
     deltas = rho * (rewards + gamma * boot - values)
     acc = torch.empty_like(rewards)
     running = torch.zeros_like(last_values)
@@ -93,8 +110,7 @@ def vtrace(
         running = deltas[t] + gamma * c[t] * not_done[t] * running
         acc[t] = running
     vs = values + acc
-    vs_next = torch.cat([vs[1:], last_values.unsqueeze(0)], 0)
-    boot_vs = not_done * vs_next + trunc * final_values
+    boot_vs = _next_values(vs, last_values, not_done, trunc, final_values)
     return rho * (rewards + gamma * boot_vs - values), vs
 
 

@@ -1,5 +1,5 @@
-"""Command line: `distrl train|play|export|demos|bench|list`, and `train` / `play` as their own
-scripts.
+"""Command line: `distrl train|play|export|demos|pretrain|bench|list`, and `train` / `play` as
+their own scripts.
 
 `train <task> [overrides]` is parsed in two steps (as mjlab does): the task name selects the
 task's tuned default config, then tyro parses the overrides on top of it, e.g.
@@ -35,6 +35,9 @@ commands:
                               against the checkpoint (docs/export.md)
   demos <suite> --per-task N [--out FILE]
                               scripted-expert demonstrations of an episodic suite
+  pretrain <suite> --demos FILE [-- train overrides]
+                              behaviour cloning from demonstrations: RUN/checkpoints/bc.pt
+                              for train <suite> --init-from
   bench <what> [options]      measure throughput, time to solve, scaling (`distrl bench --help`)
   list                        every task with a one-line description
 """
@@ -400,6 +403,19 @@ def demos_main(argv: list[str]) -> int:
     return 0
 
 
+def pretrain_main(argv: list[str]) -> int:
+    from distrl.pretrain import PretrainArgs, pretrain
+
+    own, overrides = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv \
+        else (argv, [])  # fmt: skip
+    args = tyro.cli(PretrainArgs, args=own, prog="distrl pretrain")
+    try:
+        pretrain(args, overrides)
+    except (ValueError, ImportError) as e:  # each names its fix
+        return _fail(str(e))
+    return 0
+
+
 def list_main() -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -432,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         return export_main(rest)
     if cmd == "demos":
         return demos_main(rest)
+    if cmd == "pretrain":
+        return pretrain_main(rest)
     if cmd == "bench":
         from distrl.bench.cli import bench_main
 

@@ -1,0 +1,78 @@
+"""`distrl pretrain`: behaviour cloning from demonstrations fits the expert and writes a bc.pt
+that `train <suite> --init-from` takes (and refuses when its policy settings differ)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from distrl import checkpoint as ckpt
+from distrl import demos
+from distrl.args import parse_train_args
+from distrl.cli import init_policy
+from distrl.pretrain import PretrainArgs, pretrain
+from tests.helpers import run_main
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def demo_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("demos") / "reach10-2.pt"
+    return demos.save_demos(demos.make_demos("reach10", per_task=2), path)
+
+
+def test_cloning_fits_the_expert_and_init_from_takes_it(demo_file, tmp_path, capsys):
+    args = PretrainArgs("reach10", str(demo_file), str(tmp_path / "bc"), epochs=40, seed=1)
+    path = pretrain(args, [])
+    out = capsys.readouterr().out
+    nll = [float(line.rsplit(" ", 1)[1]) for line in out.splitlines() if "likelihood" in line]
+    assert nll[-1] < nll[0] - 0.3, nll
+    state, manifest = ckpt.load_checkpoint(path)
+    assert manifest["policy_only"] and path.name == "bc.pt"
+    steps = sum(int(d["lengths"].sum()) for d in demos.load_demos(demo_file)["data"].values())
+    assert float(state["policy"]["normalizer.count"]) == steps  # fitted to the demo steps
+    # the expert's actions: the cloned mean is closer to them than a fresh policy's
+    obs, actions, _ = demos.demo_steps(demos.load_demos(demo_file))
+    from distrl.api import load_policy
+
+    policy, _ = load_policy(path)
+    with torch.no_grad():
+        err = (policy.actor(policy.normalizer(obs)) - actions).pow(2).mean()
+    assert float(err) < 0.5 * float(actions.pow(2).mean())
+
+    got, at_path, _ = init_policy(parse_train_args(["reach10", "--init-from", str(path)]))
+    assert at_path == path and got.keys() == state["policy"].keys()
+    code, out, err = run_main(
+        ["train", "reach10", "--init-from", str(path), "--run-dir", str(tmp_path / "ft"),
+         "--agent.max-iterations", "1", "--threads", "1", "--progress", "False",
+         "--tensorboard", "False"], capsys)  # fmt: skip
+    assert code == 0 and "init: policy from" in out, err
+
+
+def test_overrides_after_the_separator_shape_the_policy(demo_file, tmp_path, capsys):
+    run = tmp_path / "bc"
+    code, _, err = run_main(["pretrain", "reach10", "--demos", str(demo_file), "--run-dir",
+                             str(run), "--epochs", "2", "--", "--policy.actor-hidden", "32", "32"],
+                            capsys)  # fmt: skip
+    assert code == 0, err
+    bc = run / "checkpoints" / "bc.pt"
+    assert ckpt.read_manifest(bc)["config"]["policy"]["actor_hidden"] == [32, 32]
+    code, _, err = run_main(["train", "reach10", "--init-from", str(bc)], capsys)
+    assert code == 2 and "--policy.actor-hidden (32, 32) there, (64, 64) here" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["cartpole", "--demos", "DEMOS"], "cartpole is not an episodic suite"),
+        (["reach10", "--demos", "MISSING"], "no such file"),
+        (["reach10", "--demos", "DEMOS", "--epochs", "0"], "--epochs must be at least 1"),
+    ],
+)
+def test_mistakes_are_named(demo_file, tmp_path, capsys, argv, message):
+    words = {"DEMOS": str(demo_file), "MISSING": str(tmp_path / "none.pt")}
+    argv = [words.get(w, w) for w in argv]
+    code, _, err = run_main(["pretrain", *argv, "--run-dir", str(tmp_path / "r")], capsys)
+    assert code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "r").exists()

@@ -82,7 +82,10 @@ def assert_same(a: Any, b: Any, where: str = "state") -> None:
             assert_same(x, y, f"{where}[{i}]")
     elif torch.is_tensor(a):
         assert torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape, where
-        assert torch.equal(a, b), f"{where}: differs (max |diff| {(a - b).abs().max()})"
+        same = torch.equal(a, b) or (  # NaN in the same places counts as the same
+            a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)
+        )
+        assert same, f"{where}: differs (max |diff| {(a - b).abs().max()})"
     else:
         assert a == b, f"{where}: {a!r} != {b!r}"
 

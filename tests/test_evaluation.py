@@ -127,7 +127,6 @@ def test_eval_settings_are_checked_before_anything_starts(tmp_path, capsys):
     for argv, message in [
         (["cartpole", "--eval.interval", "-1"], "--eval.interval must be 0 (off) or more"),
         (["cartpole", "--eval.episodes", "0"], "--eval.episodes must be at least 1"),
-        (["reach10", "--eval.interval", "5"], "--eval.interval does not apply to reach10"),
     ]:
         code, _, err = run_main(["train", *argv, "--run-dir", str(tmp_path / "r")], capsys)
         assert code == 2 and message in err, err

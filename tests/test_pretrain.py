@@ -30,6 +30,13 @@ def test_cloning_fits_the_expert_and_init_from_takes_it(demo_file, tmp_path, cap
     assert nll[-1] < nll[0] - 0.3, nll
     state, manifest = ckpt.load_checkpoint(path)
     assert manifest["policy_only"] and path.name == "bc.pt"
+    # the clone is evaluated on the held-out init states: every task, 50 episodes each
+    assert "from held-out init states" in out and set(manifest["eval_per_task"]) == set(
+        demos.load_demos(demo_file)["tasks"]
+    )
+    assert manifest["eval_success"] == pytest.approx(
+        sum(manifest["eval_per_task"].values()) / len(manifest["eval_per_task"])
+    )
     steps = sum(int(d["lengths"].sum()) for d in demos.load_demos(demo_file)["data"].values())
     assert float(state["policy"]["normalizer.count"]) == steps  # fitted to the demo steps
     # the expert's actions: the cloned mean is closer to them than a fresh policy's

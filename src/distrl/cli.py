@@ -101,11 +101,6 @@ def check_before_start(cfg: TrainConfig) -> None:
             f"--agent.total-timesteps does not apply to {cfg.task}: its episodic RLOO runner "
             f"collects whole episodes of varying length; use --agent.max-iterations"
         )
-    if cfg.eval.interval > 0 and episodic:
-        raise ValueError(
-            f"--eval.interval does not apply to {cfg.task}: its episodic RLOO runner already "
-            f"logs each task's success rate every iteration; leave it at 0"
-        )
     if cfg.policy.reward_normalization and episodic:
         raise ValueError(
             f"--policy.reward-normalization does not apply to {cfg.task}: its episodic RLOO "

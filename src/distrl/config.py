@@ -190,12 +190,13 @@ def parse_slow_ranks(spec: str) -> dict[int, float]:
 @dataclass(frozen=True)
 class EvalConfig:
     """Evaluation during training (``distrl.evaluation``): the deterministic policy on the main
-    rank, in an env of its own, every episode decided before it runs."""
+    rank, in an env of its own, every episode decided before it runs. Episodic suites: each
+    task from its held-out init states, success per task (``evaluate_suite``)."""
 
     interval: int = 0
     """Evaluate every this many iterations and after the last (0: never)."""
     episodes: int = 10
-    """Episodes per evaluation."""
+    """Episodes per evaluation (episodic suites: per task, held-out init states 0, 1, ...)."""
     seed: int = 12345
     """Env seed of every evaluation (the same episodes each time)."""
     num_envs: int = 64

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -101,7 +101,7 @@ def metaworld_expert(task: str) -> Expert:
     _metaworld()  # the install hint when the package is missing
     from metaworld.policies import ENV_POLICY_MAP
 
-    scripted = ENV_POLICY_MAP[task]()
+    scripted = cast(Any, ENV_POLICY_MAP)[task]()  # typed as the abstract base class
 
     def act(obs: torch.Tensor) -> torch.Tensor:
         state = obs[:, :STATE_DIM].detach().cpu().double().numpy()

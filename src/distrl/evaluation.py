@@ -10,6 +10,11 @@ row) and its further episodes are ignored.
 
 ``evaluate`` is what ``distrl play`` prints and what ``--eval.interval`` logs during training
 (``Evaluator``: the main rank, its own env, the RNG streams of training untouched).
+
+Episodic suites (reach10, MT10) are evaluated as the field reports them: ``evaluate_suite`` runs
+each task from its held-out init states (goal and start positions that training and the
+demonstrations never use; ``envs/episodic.py``), episode i from held-out state i, and gives the
+success rate per task and their mean.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from distrl.envs.core import VecEnv
 
 if TYPE_CHECKING:
     from distrl.config import TrainConfig
+    from distrl.envs.episodic import EpisodicSuite
     from distrl.policy import ActorCritic
 
 NO_LIMIT_STEPS = 100_000
@@ -105,6 +111,87 @@ def evaluate(
     )
 
 
+@dataclass(frozen=True)
+class SuiteResult:
+    tasks: tuple[str, ...]
+    success: torch.Tensor
+    """[tasks, episodes] bool: episode i of task t started from init state i (mod the list)."""
+    returns: torch.Tensor
+    """[tasks, episodes] undiscounted returns."""
+    lengths: torch.Tensor
+    """[tasks, episodes] steps."""
+    held_out: bool
+    """Whether the episodes started from the held-out init states."""
+
+    @property
+    def per_task(self) -> dict[str, float]:
+        rates = self.success.float().mean(1).tolist()
+        return dict(zip(self.tasks, rates, strict=True))
+
+    @property
+    def mean(self) -> float:
+        """The suite's success: the mean over tasks of each task's success rate."""
+        return float(self.success.float().mean(1).mean())
+
+    def metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        out = {f"{prefix}success": self.mean, f"{prefix}return_mean": float(self.returns.mean())}
+        out[f"{prefix}length_mean"] = float(self.lengths.float().mean())
+        return out | {f"{prefix}task/{n}/success": v for n, v in self.per_task.items()}
+
+
+def evaluate_suite(
+    policy: ActorCritic,
+    suite: EpisodicSuite,
+    tasks: tuple[str, ...],
+    episodes: int,
+    device: torch.device | str = "cpu",
+    num_envs: int = 64,
+    max_episode_steps: int | None = None,
+    seed: int = 12345,
+    held_out: bool = True,
+) -> SuiteResult:
+    """``policy.act_deterministic`` on every task of ``tasks``, ``episodes`` per task, episode i
+    from init state i (wrapping around the list), from the held-out lists unless ``held_out`` is
+    False; at most ``num_envs`` envs per task step them in parallel."""
+    from distrl.storage.episodes import collect_episodes
+
+    if episodes < 1:
+        raise ValueError(f"episodes per task must be at least 1, got {episodes}")
+
+    def act(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return policy.act_deterministic(obs), obs.new_zeros(obs.shape[0])
+
+    success, returns, lengths = [], [], []
+    dev = torch.device(device)
+    with torch.no_grad():
+        for name in tasks:
+            n = min(num_envs, episodes)
+            env = suite.make_task_env(name, n, dev, max_episode_steps, held_out=held_out)
+            try:
+                init = torch.arange(episodes) % env.num_init_states
+                batch = collect_episodes(env, act, init, 1, seed)
+            finally:
+                env.close()
+            success.append(batch.success.cpu())
+            returns.append(batch.returns.cpu())
+            lengths.append(batch.lengths.cpu())
+    return SuiteResult(
+        tuple(tasks), torch.stack(success), torch.stack(returns), torch.stack(lengths), held_out
+    )
+
+
+def suite_table(result: SuiteResult, title: str) -> str:
+    """Per-task success as aligned text lines, the suite's mean last."""
+    n = result.success.shape[1]
+    which = "held-out" if result.held_out else "training"
+    lines = [f"{title}: success over {n} episode(s) per task from {which} init states"]
+    width = max(len(t) for t in result.tasks)
+    for name, rate in result.per_task.items():
+        lines.append(f"  {name:{width}s}  {rate:.2f}")
+    lines.append(f"  {'mean':{width}s}  {result.mean:.3f}")
+    return "\n".join(lines)
+
+
 class rng_untouched:
     """Put back torch's, numpy's and ``random``'s global RNG states on exit: what runs inside
     cannot shift the random streams of training."""
@@ -121,12 +208,17 @@ class rng_untouched:
 class Evaluator:
     """``--eval.interval``: on the main rank, every ``interval`` iterations and at the last, the
     deterministic policy's ``eval.episodes`` episodes in an env of its own seeded ``eval.seed``
-    (the same episodes every time, so the curve compares policies, not draws); the best mean
-    return so far is kept as ``checkpoints/best.pt`` (never picked by ``--resume``, never
-    pruned; a resumed run reads the best value back from it)."""
+    (the same episodes every time, so the curve compares policies, not draws); the best score
+    so far (mean return; for an episodic suite, the held-out success: ``evaluate_suite`` with
+    ``eval.episodes`` per task) is kept as ``checkpoints/best.pt`` (never picked by ``--resume``,
+    never pruned; a resumed run reads the best value back from it)."""
 
     def __init__(self, cfg: TrainConfig, device: torch.device, run_dir: Path | None):
+        from distrl.envs.registry import get_task
+
         self.cfg, self.device, self.run_dir = cfg, device, run_dir
+        self.suite = get_task(cfg.task).suite
+        self.score_key = "eval/success" if self.suite is not None else "eval/return_mean"
         self.env: VecEnv | None = None
         self.best: float | None = None
         self.last_iteration = -1
@@ -143,6 +235,18 @@ class Evaluator:
 
         e = self.cfg.eval
         t0 = time.perf_counter()
+        if self.suite is not None:
+            was_training = policy.training
+            policy.eval()
+            try:
+                with rng_untouched():
+                    tasks = self.suite.select(self.cfg.multitask.tasks)
+                    limit = self.cfg.env.max_episode_steps
+                    args = (e.episodes, self.device, e.num_envs, limit, e.seed)
+                    suite = evaluate_suite(policy, self.suite, tasks, *args)
+            finally:
+                policy.train(was_training)
+            return suite.metrics() | {"eval/time": time.perf_counter() - t0}
         with rng_untouched():
             if self.env is None:
                 n = min(e.episodes, e.num_envs)
@@ -166,7 +270,7 @@ class Evaluator:
     def improved(self, value: float) -> bool:
         """Whether ``value`` beats the best so far (read from best.pt after a resume)."""
         if self.best is None and self.run_dir is not None:
-            self.best = best_return(self.run_dir / "checkpoints" / BEST)
+            self.best = best_score(self.run_dir / "checkpoints" / BEST)
         if self.best is not None and value <= self.best:
             return False
         self.best = value
@@ -181,15 +285,17 @@ class Evaluator:
 BEST = "best.pt"
 
 
-def best_return(path: Path) -> float | None:
-    """The eval return a ``best.pt`` was kept for, or None when there is none (or it is not
-    readable: a new best then replaces it)."""
+def best_score(path: Path) -> float | None:
+    """The eval score a ``best.pt`` was kept for (``eval_score``; files from before suites were
+    evaluated hold ``eval_return_mean``), or None when there is none (or it is not readable: a
+    new best then replaces it)."""
     from distrl import checkpoint as ckpt
 
     if not path.is_file():
         return None
     try:
-        value = ckpt.read_manifest(path).get("eval_return_mean")
+        manifest = ckpt.read_manifest(path)
     except ckpt.CheckpointError:
         return None
+    value = manifest.get("eval_score", manifest.get("eval_return_mean"))
     return float(value) if value is not None else None

@@ -1,14 +1,16 @@
 """`distrl play <run-dir|checkpoint> --episodes N`: evaluate the deterministic policy (every env
-runs its share of the episodes to the end: ``distrl.evaluation``);
-`--video out.mp4`: record one such episode, rendered offscreen (``distrl.render``)."""
+runs its share of the episodes to the end: ``distrl.evaluation``); for an episodic suite, each
+task's success from its held-out init states (``evaluate_suite``); `--json FILE` writes the
+figures; `--video out.mp4`: record one such episode, rendered offscreen (``distrl.render``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import tyro
@@ -16,8 +18,8 @@ import tyro
 from distrl import checkpoint as ckpt
 from distrl.config import TrainConfig, from_dict
 from distrl.envs.core import VecEnv
-from distrl.envs.registry import make_env
-from distrl.evaluation import evaluate
+from distrl.envs.registry import get_task, make_env
+from distrl.evaluation import evaluate, evaluate_suite, suite_table
 from distrl.policy import ActorCritic
 
 
@@ -26,7 +28,8 @@ class PlayArgs:
     path: tyro.conf.Positional[str]
     """A run directory (its newest valid checkpoint is used) or a checkpoint file."""
     episodes: int | None = None
-    """Complete episodes to run (default 10; --video records one)."""
+    """Complete episodes to run (default 10; --video records one). Episodic suites: per task,
+    from init states 0, 1, ... (default 50: every held-out state once)."""
     num_envs: int | None = None
     """Parallel envs (default: min(episodes, 64); --video steps one)."""
     seed: int = 12345
@@ -36,6 +39,11 @@ class PlayArgs:
     video: str | None = None
     """Record one episode (env seed --seed) to this .mp4 file instead of evaluating: the MuJoCo
     tasks and gym:<Id> tasks that render rgb_array; needs the video extra."""
+    init_states: Literal["held-out", "train"] = "held-out"
+    """Episodic suites: start from each task's held-out init states (what the field reports) or
+    from the training ones."""
+    json: str | None = None
+    """Also write the figures (per episode; per task for a suite) to this JSON file."""
 
 
 def load(path: str, device: torch.device) -> tuple[TrainConfig, dict[str, Any], Path, dict]:
@@ -70,6 +78,8 @@ def play(args: PlayArgs) -> torch.Tensor:
         raise ValueError(f"--episodes must be at least 1, got {episodes}")
     device = torch.device(args.device)
     cfg, state, path, manifest = load(args.path, device)
+    if get_task(cfg.task).suite is not None:
+        return play_suite(args, cfg, state, path, manifest)
     n = args.num_envs or min(episodes, 64)
     env = make_env(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=n)), device)
     with closing(env):
@@ -79,7 +89,44 @@ def play(args: PlayArgs) -> torch.Tensor:
         f"{float(result.lengths.float().mean()):.1f} (checkpoint {path}, iteration "
         f"{manifest['iteration']})"
     )
+    write_json(args.json, cfg, path, manifest, {"returns": result.returns.tolist(),
+               "lengths": result.lengths.tolist(), "return_mean": result.mean})  # fmt: skip
     return result.returns
+
+
+def play_suite(
+    args: PlayArgs, cfg: TrainConfig, state: dict[str, Any], path: Path, manifest: dict
+) -> torch.Tensor:
+    """Per-task success of an episodic suite's policy; returns it [tasks]."""
+    suite = get_task(cfg.task).suite
+    assert suite is not None
+    device = torch.device(args.device)
+    tasks = suite.select(cfg.multitask.tasks)
+    episodes = 50 if args.episodes is None else args.episodes
+    probe = suite.make_task_env(tasks[0], 1, device, cfg.env.max_episode_steps)
+    with closing(probe):
+        policy = make_policy(probe, cfg, state)
+    held_out = args.init_states == "held-out"
+    result = evaluate_suite(
+        policy, suite, tasks, episodes, device, args.num_envs or 64,
+        cfg.env.max_episode_steps, args.seed, held_out,
+    )  # fmt: skip
+    print(suite_table(result, f"{cfg.task} (checkpoint {path}, iteration {manifest['iteration']})"))
+    write_json(args.json, cfg, path, manifest, {
+        "init_states": args.init_states, "episodes_per_task": episodes,
+        "success": result.mean, "per_task": result.per_task,
+    })  # fmt: skip
+    return torch.tensor(list(result.per_task.values()))
+
+
+def write_json(
+    out: str | None, cfg: TrainConfig, path: Path, manifest: dict, figures: dict[str, Any]
+) -> None:
+    if out is None:
+        return
+    doc = {"task": cfg.task, "checkpoint": str(path), "iteration": manifest["iteration"]}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc | figures, indent=1) + "\n")
 
 
 def record(args: PlayArgs, video: str) -> torch.Tensor:

@@ -24,6 +24,7 @@ import tyro
 
 from distrl import checkpoint as ckpt
 from distrl.config import TrainConfig, to_dict
+from distrl.evaluation import evaluate_suite, suite_table
 from distrl.policy import ActorCritic, Moments
 from distrl.policy import distributions as D
 
@@ -44,6 +45,9 @@ class PretrainArgs:
     """Demonstration steps per Adam step."""
     learning_rate: float = 1e-3
     seed: int = 0
+    eval_episodes: int = 50
+    """Then evaluate the clone: per task, this many episodes from the held-out init states
+    (50: every one once); 0 skips it."""
 
 
 def bc_loss(policy: ActorCritic, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -102,6 +106,8 @@ def pretrain(a: PretrainArgs, overrides: list[str]) -> Path:
     for name, value in (("--epochs", a.epochs), ("--batch-size", a.batch_size)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
+    if a.eval_episodes < 0:
+        raise ValueError(f"--eval-episodes must be 0 (skip) or more, got {a.eval_episodes}")
     if not (math.isfinite(a.learning_rate) and a.learning_rate > 0):
         raise ValueError(f"--learning-rate must be positive, got {a.learning_rate}")
     tasks = suite.select(cfg.multitask.tasks)
@@ -118,12 +124,19 @@ def pretrain(a: PretrainArgs, overrides: list[str]) -> Path:
     t0 = time.perf_counter()
     print(f"bc: {cfg.task}, {obs.shape[0]} steps from {sum(used.values())} demonstrations")
     losses = clone(cfg, obs, actions, policy, a)
+    seconds = time.perf_counter() - t0
     state = {"policy": policy.state_dict(), "iteration": 0, "env_steps": 0, "wall_time": 0.0}
     meta = ckpt.run_metadata(to_dict(cfg), 1, 0)
     meta |= {"policy_only": True, "bc_loss": losses[-1], "demos": str(a.demos), "bc_used": used}
+    if a.eval_episodes > 0:
+        result = evaluate_suite(
+            policy.eval(), suite, tasks, a.eval_episodes, "cpu", 64, cfg.env.max_episode_steps
+        )
+        print(suite_table(result, f"bc: {cfg.task}"))
+        meta |= {"eval_success": result.mean, "eval_per_task": result.per_task}
     path = ckpt.save_checkpoint(run_dir / "checkpoints", 0, state, meta, name=BC_FILE)
     print(
-        f"bc: {time.perf_counter() - t0:.1f} s; wrote {path}\n"
+        f"bc: {seconds:.1f} s of cloning; wrote {path}\n"
         f"    fine-tune: distrl train {cfg.task} --init-from {path}"
     )
     return path

@@ -12,6 +12,12 @@ auto-reset, which draws a random state of the list) plus:
   info["success"]            [N] bool from ``step``: the episode that ended on this step (or goes
                              on) has reached its goal; success terminates the episode
 
+Every suite also has a held-out list per task (``make_task_env(..., held_out=True)``): as many
+init states, drawn apart from the training list (reach10: another seed of the same generator;
+MT10: another seed of Meta-World's goal sampling). Training and demonstrations use the training
+list only; ``distrl.evaluation.evaluate_suite`` runs the held-out one, as the field reports
+success (per task, over a fixed set of goal positions the policy never trained on).
+
 Envs never import the distributed package, never log and never touch files (beyond reading the
 init-state lists they ship).
 """
@@ -49,10 +55,11 @@ class EpisodicVecEnv(VecEnv):
 class EpisodicSuite:
     """A multi-task suite of episodic tasks (what ``runner/episodic.py`` trains): task names in
     a fixed order (task id = position) and ``make_task_env(name, num_envs, device,
-    max_episode_steps)``, one ``EpisodicVecEnv`` running that task."""
+    max_episode_steps, held_out=False)``, one ``EpisodicVecEnv`` running that task from its
+    training init states (``held_out=True``: from its held-out ones)."""
 
     task_names: tuple[str, ...]
-    make_task_env: Callable[[str, int, torch.device, int | None], EpisodicVecEnv]
+    make_task_env: Callable[..., EpisodicVecEnv]
 
     def select(self, names: Sequence[str]) -> tuple[str, ...]:
         """The tasks to train, in suite order: ``names`` (every task when empty)."""

@@ -13,8 +13,11 @@ Observation: Meta-World's 39 state values (goal visible, as in its MT benchmarks
 one-hot task id over the ten MT10 tasks unless ``one_hot=False``.
 
 ``reset_rows`` starts row i from goal variant ``init_indices[i]``: ``set_task`` then ``reset``
-(object and goal positions are fixed by the variant). Auto-resets draw a variant from the env's
-generator. Simulator state is not checkpointed: after a resume, episodes start afresh.
+(object and goal positions are fixed by the variant). Training's variants are MT10's with
+benchmark seed 0; the held-out ones (``held_out=True``, what evaluation runs) are those of seed
+``HELD_OUT_BENCHMARK_SEED``: Meta-World draws the 50 positions from that seed, so they differ.
+Auto-resets draw a variant from the env's generator. Simulator state is not checkpointed: after
+a resume, episodes start afresh.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ MT10_TASKS: tuple[str, ...] = (
 )
 INSTALL_HINT = "pip install 'distrl[metaworld]'  (metaworld==3.1.1 with mujoco==3.3.0)"
 STATE_DIM = 39
+HELD_OUT_BENCHMARK_SEED = 1
 
 
 def _metaworld() -> Any:
@@ -76,12 +80,13 @@ class MetaWorldMT10(EpisodicVecEnv):
         benchmark_seed: int = 0,
         reward: str = "success",
         one_hot: bool = True,
+        held_out: bool = False,
     ) -> None:
         if task not in MT10_TASKS:
             raise ValueError(f"unknown MT10 task {task!r}; tasks: {', '.join(MT10_TASKS)}")
         if reward not in ("success", "dense"):
             raise ValueError(f"reward must be 'success' or 'dense', got {reward!r}")
-        bench = mt10_benchmark(benchmark_seed)
+        bench = mt10_benchmark(HELD_OUT_BENCHMARK_SEED if held_out else benchmark_seed)
         self.task, self.reward_mode = task, reward
         self.variants = [t for t in bench.train_tasks if t.env_name == task]
         self.num_init_states = len(self.variants)

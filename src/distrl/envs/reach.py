@@ -4,7 +4,9 @@ A small multi-task suite with binary success, standing in for LIBERO / Meta-Worl
 those cannot run: each task is the same point mass in the box [-1, 1]^2 with its own goal and its
 own dynamics (mass, damping, a constant wind, an optional round obstacle). Every task ships a
 fixed list of 50 init states (``init_states/reach/<task>.json``, like LIBERO's ``.init`` files),
-and episodes start from chosen entries of it (``EpisodicVecEnv.reset_rows``).
+and episodes start from chosen entries of it (``EpisodicVecEnv.reset_rows``). A held-out list of
+50 more per task (``held_out=True``; the same generator with seed ``HELD_OUT_SEED``) is what
+evaluation runs: start positions training and demonstrations never see.
 
 Dynamics (semi-implicit Euler, dt = 0.1), force u in [-1, 1]^2 (actions are clipped):
 
@@ -78,6 +80,7 @@ MAX_SPEED = 2.0
 GOAL_RADIUS = 0.15
 NUM_INIT_STATES = 50
 INIT_STATE_SEED = 20250  # the shipped lists were drawn with this seed (see generate_init_states)
+HELD_OUT_SEED = 20251  # the held-out lists: generated on demand, never shipped or trained on
 OBS_DIM = 13
 
 
@@ -120,11 +123,19 @@ def load_init_states(name: str) -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(float(v) for v in row) for row in data["init_states"])
 
 
+@functools.cache
+def held_out_init_states(name: str) -> tuple[tuple[float, ...], ...]:
+    """The held-out init-state list of task ``name``: evaluation's start positions."""
+    rows = generate_init_states(REACH_TASKS[task_index(name)], NUM_INIT_STATES, HELD_OUT_SEED)
+    return tuple(tuple(row) for row in rows)
+
+
 class Reach(TorchVecEnv, EpisodicVecEnv):
     """Reach10 point-mass envs: ``num_envs`` rows, each on a task of ``REACH_TASKS``.
 
     ``task``: one task (index or name) for every row, or one per row (a multi-task batch, e.g.
-    for evaluation). Actions [N, 2] force in [-1, 1]; state rows [x, y, vx, vy].
+    for evaluation). Actions [N, 2] force in [-1, 1]; state rows [x, y, vx, vy]. ``held_out``:
+    episodes start from the held-out init states instead of the shipped training ones.
     ``step``'s info holds ``final_obs`` and ``success`` [N] bool (equal to ``terminated``).
     """
 
@@ -139,6 +150,7 @@ class Reach(TorchVecEnv, EpisodicVecEnv):
         max_episode_steps: int | None = None,
         task: int | str | Sequence[int | str] = 0,
         shaping: float = 0.0,
+        held_out: bool = False,
     ) -> None:
         self.device = torch.device(device)
         self.num_envs = num_envs
@@ -150,7 +162,8 @@ class Reach(TorchVecEnv, EpisodicVecEnv):
         self._damping = torch.tensor([t.damping for t in tasks], **f32)
         self._wind = torch.tensor([t.wind for t in tasks], **f32)
         self._obstacle = torch.tensor([t.obstacle for t in tasks], **f32)
-        self._init_table = torch.tensor([load_init_states(t.name) for t in tasks], **f32)
+        states = held_out_init_states if held_out else load_init_states
+        self._init_table = torch.tensor([states(t.name) for t in tasks], **f32)
         self.set_task(task)
         space = ActionSpace("continuous", low=(-1.0, -1.0), high=(1.0, 1.0))
         super().__init__(num_envs, self.device, max_episode_steps, OBS_DIM, space)

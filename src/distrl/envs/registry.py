@@ -227,11 +227,15 @@ _BUILTINS: dict[str, Task] = {
 
 
 def _reach_task_env(
-    name: str, num_envs: int, device: torch.device, max_episode_steps: int | None = None
+    name: str,
+    num_envs: int,
+    device: torch.device,
+    max_episode_steps: int | None = None,
+    held_out: bool = False,
 ) -> EpisodicVecEnv:
     from distrl.envs.reach import Reach
 
-    return Reach(num_envs, device, max_episode_steps, task=name)
+    return Reach(num_envs, device, max_episode_steps, task=name, held_out=held_out)
 
 
 def _reach_mixed_env(
@@ -245,11 +249,15 @@ def _reach_mixed_env(
 
 
 def _mt10_task_env(
-    name: str, num_envs: int, device: torch.device, max_episode_steps: int | None = None
+    name: str,
+    num_envs: int,
+    device: torch.device,
+    max_episode_steps: int | None = None,
+    held_out: bool = False,
 ) -> EpisodicVecEnv:
     from distrl.envs.meta_world import MetaWorldMT10
 
-    return MetaWorldMT10(name, num_envs, device, max_episode_steps)
+    return MetaWorldMT10(name, num_envs, device, max_episode_steps, held_out=held_out)
 
 
 def _mt10_first_env(

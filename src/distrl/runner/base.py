@@ -227,16 +227,20 @@ class Runner(ABC):
         ev.last_iteration = it
         metrics = ev.run(self.policy)
         record.update(metrics)
-        mean, e = metrics["eval/return_mean"], self.cfg.eval
-        text = (
-            f"eval: iteration {it}, return {mean:.2f} ± {metrics['eval/return_std']:.2f} over "
-            f"{e.episodes} episodes (seed {e.seed}, {metrics['eval/time']:.2f} s)"
-        )
-        if ev.improved(mean) and self.run_dir is not None:
+        score, e = metrics[ev.score_key], self.cfg.eval
+        if ev.suite is not None:
+            what = f"held-out success {score:.3f} over {e.episodes} episodes per task"
+        else:
+            spread = metrics["eval/return_std"]
+            what = f"return {score:.2f} ± {spread:.2f} over {e.episodes} episodes"
+        text = f"eval: iteration {it}, {what} (seed {e.seed}, {metrics['eval/time']:.2f} s)"
+        if ev.improved(score) and self.run_dir is not None:
             state = {"policy": self.policy.state_dict(), "iteration": it}
             state |= {"env_steps": self.env_steps, "wall_time": self.wall_time()}
             meta = ckpt.run_metadata(to_dict(self.cfg), self.strategy.world_size, self.env_steps)
-            meta |= {"eval_return_mean": mean, "policy_only": True}
+            meta |= {"eval_score": score, "eval_metric": ev.score_key, "policy_only": True}
+            if ev.suite is None:
+                meta["eval_return_mean"] = score
             path = ckpt.save_checkpoint(self.run_dir / "checkpoints", it, state, meta, name=BEST)
             text += f"; best so far, kept as {path}"
         self.message(text)

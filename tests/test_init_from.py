@@ -83,3 +83,21 @@ def test_a_checkpoint_of_the_run_itself_wins(source, tmp_path, capsys):
     code, out, _ = run_main([*run, "--resume", "auto", *ARGS, "--agent.max-iterations", "3"],
                             capsys)  # fmt: skip
     assert code == 0 and "resume: loaded" in out and "init: policy" not in out
+
+
+NORMALIZER = ("normalizer.count", "normalizer.mean64", "normalizer.m2")
+
+
+@pytest.mark.parametrize("mode", ["frozen", "updated"])
+def test_the_normalizer_stays_as_that_policy_had_it_unless_asked(source, tmp_path, capsys, mode):
+    run = tmp_path / "r"
+    argv = ["train", "cartpole", "--init-from", str(source), "--run-dir", str(run), *ARGS]
+    code, _, err = run_main([*argv, "--init-normalizer", mode], capsys)
+    assert code == 0, err
+    want, _ = ckpt.load_checkpoint(ckpt.checkpoint_path(source / "checkpoints", 2))
+    got, _ = ckpt.load_checkpoint(ckpt.checkpoint_path(run / "checkpoints", 2))
+    same = [bool((got["policy"][k] == want["policy"][k]).all()) for k in NORMALIZER]
+    assert same == ([True] * 3 if mode == "frozen" else [False] * 3)
+    assert got["policy"]["actor.0.weight"].ne(want["policy"]["actor.0.weight"]).any()  # trained
+    code, _, err = run_main(["train", "cartpole", "--init-normalizer", "updated"], capsys)
+    assert code == 2 and "applies to a run started with --init-from" in err

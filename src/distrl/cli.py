@@ -277,6 +277,8 @@ def run_training(cfg: TrainConfig) -> dict:
                     tel.message(f"checkpoint: removed {stale.name}, left by an interrupted save")
             for path, reason in skipped:
                 tel.message(f"resume: skipped {path}: {reason}")
+            if cfg.init_from is not None and cfg.init_normalizer == "frozen":
+                runner.policy.normalizer.frozen = True  # after a restart's resume as well
             if resume_path is not None:
                 notes = runner.load(resume_path)
                 tel.message(f"resume: loaded {resume_path} at iteration {runner.iteration}")

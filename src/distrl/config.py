@@ -264,6 +264,10 @@ class TrainConfig:
     """Start from this checkpoint's policy (weights and observation normalizer): a run
     directory (its newest valid checkpoint), a ckpt_*.pt or a best.pt; fresh optimizer, iteration
     0. Same task and --policy.* as that run. A checkpoint found by --resume auto wins."""
+    init_normalizer: Literal["frozen", "updated"] = "frozen"
+    """With --init-from: keep that policy's observation statistics as they are (its weights
+    were fitted to them; a policy cloned from a few hundred demonstration steps loses most of its
+    success when the first rollouts move them), or keep merging the rollouts into them."""
     tensorboard: bool = True
     """Write TensorBoard events into the run directory."""
     wandb: bool = False
@@ -381,6 +385,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             f"many of the newest checkpoints to keep (leave it unset to keep them all)"
         )
     _validate_multitask(errors, cfg.multitask)
+    if cfg.init_from is None and cfg.init_normalizer != "frozen":
+        errors.append(
+            f"--init-normalizer {cfg.init_normalizer} applies to a run started with --init-from; "
+            f"add --init-from or drop it"
+        )
     if cfg.init_from is not None and cfg.resume not in (None, "auto"):
         errors.append(
             f"--init-from {cfg.init_from} and --resume {cfg.resume} contradict each other: "

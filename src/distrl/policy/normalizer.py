@@ -73,6 +73,7 @@ class RunningNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-8, clip: float = 10.0, enabled: bool = True):
         super().__init__()
         self.enabled = enabled
+        self.frozen = False  # statistics kept as they are (train --init-from; not checkpointed)
         self.eps, self.clip = eps, clip
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
         self.register_buffer("mean64", torch.zeros(dim, dtype=torch.float64))
@@ -91,8 +92,9 @@ class RunningNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, batch: Moments) -> None:
-        """Merge the (already global) moments of a new batch into the running statistics."""
-        if not self.enabled:
+        """Merge the (already global) moments of a new batch into the running statistics
+        (nothing changes while ``frozen``)."""
+        if not self.enabled or self.frozen:
             return
         merged = self.moments().merge(batch)
         self.count.copy_(merged.count)

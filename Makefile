@@ -5,7 +5,9 @@
 # out (those tests then skip, naming the reason) and `make setup-mujoco` adds it later.
 # It includes the video extra too (imageio-ffmpeg 0.6.0: a 29 MB wheel with its own ffmpeg; 0.8.x
 # is 68 MB), so `play --video` and its test run where the system has headless OpenGL (libEGL).
-# And the export extra (onnx, onnxruntime: ~37 MB of wheels), for `distrl export --format onnx`.
+# And the export extra (onnx, onnxruntime: ~37 MB of wheels), for `distrl export --format onnx`,
+# and the metaworld extra (metaworld 3.1.1 + scipy: ~40 MB of wheels, ~15 s here), so MT10, its
+# scripted experts and their tests run everywhere.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -13,7 +15,7 @@ STAMP   := $(VENV)/.installed
 TASK    ?= cartpole
 NPROC   ?= 2
 ARGS    ?=
-EXTRAS  ?= dev,mujoco,video,export
+EXTRAS  ?= dev,mujoco,video,export,metaworld
 
 .PHONY: setup setup-mujoco train test test-fast lint format bench clean
 

@@ -1,5 +1,6 @@
 """`distrl pretrain`: behaviour cloning from demonstrations fits the expert and writes a bc.pt
-that `train <suite> --init-from` takes (and refuses when its policy settings differ)."""
+that `train <suite> --init-from` takes (and refuses when its policy settings differ); on 2 ranks
+(tasks sharded, gradients all-reduced, under real torchrun) it clones what one process does."""
 
 from __future__ import annotations
 
@@ -75,6 +76,8 @@ def test_overrides_after_the_separator_shape_the_policy(demo_file, tmp_path, cap
         (["cartpole", "--demos", "DEMOS"], "cartpole is not an episodic suite"),
         (["reach10", "--demos", "MISSING"], "no such file"),
         (["reach10", "--demos", "DEMOS", "--epochs", "0"], "--epochs must be at least 1"),
+        (["reach10", "--demos", "DEMOS", "--nproc", "0"], "--nproc must be at least 1"),
+        (["reach10", "--demos", "DEMOS", "--", "--dist.strategy", "ps-bsp"], "by all-reduce"),
     ],
 )
 def test_mistakes_are_named(demo_file, tmp_path, capsys, argv, message):
@@ -83,3 +86,28 @@ def test_mistakes_are_named(demo_file, tmp_path, capsys, argv, message):
     code, _, err = run_main(["pretrain", *argv, "--run-dir", str(tmp_path / "r")], capsys)
     assert code == 2 and message in err and "Traceback" not in err, err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_two_ranks_clone_what_one_process_clones(demo_file, tmp_path, capsys):
+    runs = {}
+    for nproc in (1, 2):
+        run = tmp_path / f"w{nproc}"
+        argv = ["pretrain", "reach10", "--demos", str(demo_file), "--run-dir", str(run),
+                "--epochs", "6", "--batch-size", "32", "--eval-episodes", "0",
+                "--nproc", str(nproc), "--", "--threads", "1"]  # fmt: skip
+        code, out, err = run_main(argv, capsys)
+        assert code == 0, err
+        runs[nproc] = ckpt.load_checkpoint(run / "checkpoints" / "bc.pt")
+    (one, m1), (two, m2) = runs[1], runs[2]
+    assert (m1["world_size"], m2["world_size"]) == (1, 2)
+    assert m2["bc_loss"] == pytest.approx(m1["bc_loss"], rel=1e-5)
+    for k, v in one["policy"].items():  # summation order is all that differs
+        torch.testing.assert_close(two["policy"][k], v, rtol=1e-5, atol=1e-5, msg=k)
+    obs, actions, _ = demos.demo_steps(demos.load_demos(demo_file))  # and it did learn
+    from distrl.api import load_policy
+
+    policy, _ = load_policy(tmp_path / "w2" / "checkpoints" / "bc.pt")
+    with torch.no_grad():
+        moved = float((policy.actor(policy.normalizer(obs)) - actions).pow(2).mean())
+    assert moved < float(actions.pow(2).mean())

@@ -401,16 +401,25 @@ def demos_main(argv: list[str]) -> int:
 
 
 def pretrain_main(argv: list[str]) -> int:
+    from distrl.distributed import launch
     from distrl.pretrain import PretrainArgs, pretrain
 
     own, overrides = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv \
         else (argv, [])  # fmt: skip
     args = tyro.cli(PretrainArgs, args=own, prog="distrl pretrain")
+    ranked = launch.under_torchrun()
     try:
         pretrain(args, overrides)
+        code = 0
     except (ValueError, ImportError) as e:  # each names its fix
-        return _fail(str(e))
-    return 0
+        code = _fail(str(e))
+    except RuntimeError as e:  # the ranks failed (each printed its own error) or a peer died
+        code = _fail(str(e), 1)
+    if ranked:  # a rank leaves as a training rank does (train_main): files are closed by now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def list_main() -> int:

@@ -11,6 +11,7 @@ import tyro
 from distrl.bench.broadcast import BroadcastArgs, broadcast
 from distrl.bench.cluster import ClusterArgs, cluster
 from distrl.bench.comm import CommArgs, comm
+from distrl.bench.finetune import FinetuneArgs, finetune
 from distrl.bench.learn import LearnArgs, learn
 from distrl.bench.project import ProjectArgs, project_cmd
 from distrl.bench.roofline import RooflineArgs, roofline
@@ -23,6 +24,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
 
   throughput   env-steps/s: rollout only, and whole iterations (rsl_rl's CartPole setup)
   solve        training wall time to a target return, median over seeds
+  finetune     demos -> behaviour cloning -> RLOO fine-tuning on a suite, held-out success
   scaling      FPS, speedup, efficiency and time breakdown over world sizes (torchrun)
   learn        time-to-target and learning curves per world size
   comm         all-reduce time vs message size, fitted latency/bandwidth; flat vs bucketed sync
@@ -37,6 +39,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
 COMMANDS: dict[str, tuple[type, Callable]] = {
     "throughput": (ThroughputArgs, throughput),
     "solve": (SolveArgs, solve),
+    "finetune": (FinetuneArgs, finetune),
     "scaling": (ScalingArgs, scaling),
     "learn": (LearnArgs, learn),
     "comm": (CommArgs, comm),

@@ -11,6 +11,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -119,9 +120,10 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def median(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
+def median(xs: Iterable[float | None]) -> float | None:
+    """The median of the values that are not None (None when there are none)."""
+    known = [x for x in xs if x is not None]
+    return statistics.median(known) if known else None
 
 
 def run_json(

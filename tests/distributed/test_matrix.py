@@ -82,3 +82,26 @@ def test_multitask_rloo_under_learner_actor_is_refused_before_anything_starts(tm
         "reach10 trains with episodic RLOO, which --dist.strategy learner-actor cannot run" in err
     )
     assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def reach10_clone(tmp_path_factory) -> Path:
+    """A behaviour clone of reach10 from 1 demonstration per task (held-out success ~0.7)."""
+    d = tmp_path_factory.mktemp("clone")
+    for cmd in (["demos", "reach10", "--per-task", "1", "--out", str(d / "d1.pt")],
+                ["pretrain", "reach10", "--demos", str(d / "d1.pt"), "--run-dir", str(d / "bc"),
+                 "--eval-episodes", "0"]):  # fmt: skip
+        code, out, err, _ = run_cli([str(BIN / "distrl"), *cmd], timeout=120, cwd=d)
+        assert code == 0, out + err
+    return d / "bc" / "checkpoints" / "bc.pt"
+
+
+@pytest.mark.timeout(300)
+def test_rloo_fine_tunes_a_clone_under_a_parameter_server(tmp_path, reach10_clone):
+    # ps-asp: workers apply their own gradients unsynchronized, the farthest from allreduce
+    # (which bench finetune runs; ps-bsp is allreduce's arithmetic, tested for equivalence)
+    flags = [*STRATEGIES["ps-asp"], "--init-from", str(reach10_clone)]
+    flags += ["--multitask.early-stop-success", "0.9", "--multitask.early-stop-patience", "2"]
+    records, out = train(tmp_path, "reach10", flags)
+    assert "init: policy from" in out
+    assert records[-1]["success/suite"] >= 0.9, [r["success/suite"] for r in records]

@@ -19,11 +19,12 @@ success rate per task and their mean.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ from distrl.envs.core import VecEnv
 
 if TYPE_CHECKING:
     from distrl.config import TrainConfig
-    from distrl.envs.episodic import EpisodicSuite
+    from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
     from distrl.policy import ActorCritic
 
 NO_LIMIT_STEPS = 100_000
@@ -149,10 +150,13 @@ def evaluate_suite(
     max_episode_steps: int | None = None,
     seed: int = 12345,
     held_out: bool = True,
+    envs: dict[str, EpisodicVecEnv] | None = None,
 ) -> SuiteResult:
     """``policy.act_deterministic`` on every task of ``tasks``, ``episodes`` per task, episode i
     from init state i (wrapping around the list), from the held-out lists unless ``held_out`` is
-    False; at most ``num_envs`` envs per task step them in parallel."""
+    False; at most ``num_envs`` envs per task step them in parallel. ``envs``: a cache the
+    caller keeps (and closes) to build each task's env once over many evaluations; without it
+    each env is built and closed here."""
     from distrl.storage.episodes import collect_episodes
 
     if episodes < 1:
@@ -165,13 +169,18 @@ def evaluate_suite(
     dev = torch.device(device)
     with torch.no_grad():
         for name in tasks:
-            n = min(num_envs, episodes)
-            env = suite.make_task_env(name, n, dev, max_episode_steps, held_out=held_out)
+            env = envs.get(name) if envs is not None else None
+            if env is None:
+                n = min(num_envs, episodes)
+                env = suite.make_task_env(name, n, dev, max_episode_steps, held_out=held_out)
+                if envs is not None:
+                    envs[name] = env
             try:
                 init = torch.arange(episodes) % env.num_init_states
                 batch = collect_episodes(env, act, init, 1, seed)
             finally:
-                env.close()
+                if envs is None:
+                    env.close()
             success.append(batch.success.cpu())
             returns.append(batch.returns.cpu())
             lengths.append(batch.lengths.cpu())
@@ -190,6 +199,17 @@ def suite_table(result: SuiteResult, title: str) -> str:
         lines.append(f"  {name:{width}s}  {rate:.2f}")
     lines.append(f"  {'mean':{width}s}  {result.mean:.3f}")
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def eval_mode(policy: ActorCritic) -> Iterator[None]:
+    """``policy`` in eval mode inside, put back in the mode it was in on exit."""
+    was_training = policy.training
+    policy.eval()
+    try:
+        yield
+    finally:
+        policy.train(was_training)
 
 
 class rng_untouched:
@@ -220,6 +240,7 @@ class Evaluator:
         self.suite = get_task(cfg.task).suite
         self.score_key = "eval/success" if self.suite is not None else "eval/return_mean"
         self.env: VecEnv | None = None
+        self.suite_envs: dict[str, EpisodicVecEnv] = {}  # built at the first suite evaluation
         self.best: float | None = None
         self.last_iteration = -1
 
@@ -236,30 +257,20 @@ class Evaluator:
         e = self.cfg.eval
         t0 = time.perf_counter()
         if self.suite is not None:
-            was_training = policy.training
-            policy.eval()
-            try:
-                with rng_untouched():
-                    tasks = self.suite.select(self.cfg.multitask.tasks)
-                    limit = self.cfg.env.max_episode_steps
-                    args = (e.episodes, self.device, e.num_envs, limit, e.seed)
-                    suite = evaluate_suite(policy, self.suite, tasks, *args)
-            finally:
-                policy.train(was_training)
+            with rng_untouched(), eval_mode(policy):
+                tasks = self.suite.select(self.cfg.multitask.tasks)
+                limit = self.cfg.env.max_episode_steps
+                args = (e.episodes, self.device, e.num_envs, limit, e.seed, True, self.suite_envs)
+                suite = evaluate_suite(policy, self.suite, tasks, *args)
             return suite.metrics() | {"eval/time": time.perf_counter() - t0}
-        with rng_untouched():
+        with rng_untouched(), eval_mode(policy):
             if self.env is None:
                 n = min(e.episodes, e.num_envs)
                 cfg = dataclasses.replace(
                     self.cfg, env=dataclasses.replace(self.cfg.env, num_envs=n)
                 )
                 self.env = make_env(cfg, self.device)
-            was_training = policy.training
-            policy.eval()
-            try:
-                result = evaluate(policy, self.env, e.episodes, e.seed)
-            finally:
-                policy.train(was_training)
+            result = evaluate(policy, self.env, e.episodes, e.seed)
         return {
             "eval/return_mean": result.mean,
             "eval/return_std": result.std,
@@ -277,9 +288,10 @@ class Evaluator:
         return True
 
     def close(self) -> None:
-        if self.env is not None:
-            self.env.close()
-            self.env = None
+        for env in [self.env, *self.suite_envs.values()]:
+            if env is not None:
+                env.close()
+        self.env, self.suite_envs = None, {}
 
 
 BEST = "best.pt"

@@ -82,6 +82,7 @@ def assert_same(a: Any, b: Any, where: str = "state") -> None:
             assert_same(x, y, f"{where}[{i}]")
     elif torch.is_tensor(a):
         assert torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape, where
+        a, b = a.cpu(), b.cpu()  # a run's state on a GPU against a checkpoint loaded on CPU
         same = torch.equal(a, b) or (  # NaN in the same places counts as the same
             a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)
         )

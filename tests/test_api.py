@@ -141,19 +141,19 @@ class _Line(distrl.VecEnv):
         self.num_envs, self.obs_dim, self.device = num_envs, 3, torch.device(device)
         self.action_space = distrl.ActionSpace("discrete", n=2)
         self.max_episode_steps = max_episode_steps or 10
-        self.t = torch.zeros(num_envs, dtype=torch.long)
+        self.t = torch.zeros(num_envs, dtype=torch.long, device=self.device)
         self.dtype = dtype
 
     def reset(self, seed=None):
         self.t.zero_()
-        return torch.zeros(self.num_envs, 3, dtype=self.dtype)
+        return torch.zeros(self.num_envs, 3, dtype=self.dtype, device=self.device)
 
     def step(self, actions):
         self.t += 1
         trunc = self.t >= self.max_episode_steps
         self.t[trunc] = 0
-        obs = torch.zeros(self.num_envs, 3, dtype=self.dtype)
-        term = torch.zeros(self.num_envs, dtype=torch.bool)
+        obs = torch.zeros(self.num_envs, 3, dtype=self.dtype, device=self.device)
+        term = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         return obs, actions.float(), term, trunc, {"final_obs": obs}
 
 
@@ -165,6 +165,21 @@ def test_own_env_registers_checks_and_trains(tmp_path):
     result = distrl.train("line", *[], run_dir=str(tmp_path), **_tiny_overrides())
     assert result.metrics["iteration"] == 3 and result.policy is not None
     assert "line" in [t.name for t in registry.list_tasks()]
+
+
+class _ElsewhereLine(_Line):
+    """Makes its tensors on another device than the one it was given (here: meta, as a CPU
+    machine's stand-in for an env that ignores ``device`` and stays on the CPU under a GPU)."""
+
+    def reset(self, seed=None):
+        return super().reset(seed).to("meta")
+
+
+def test_own_env_on_the_wrong_device_is_named_at_the_first_reset(tmp_path):
+    distrl.register_task("line-elsewhere", make_env=_ElsewhereLine, replace=True)
+    with pytest.raises(ValueError, match=r"reset\(\) returned observations on meta, but the policy "
+                       r"trains on (cpu|cuda:0)"):  # fmt: skip
+        distrl.train("line-elsewhere", run_dir=str(tmp_path), **_tiny_overrides())
 
 
 def _tiny_overrides() -> dict:

@@ -69,7 +69,7 @@ def check_before_start(cfg: TrainConfig) -> None:
     if launching:
         world = local_world = cfg.nproc
     context.check_devices(cfg.device, local_world)
-    context.check_backend(cfg.dist.backend, cfg.device)
+    context.check_backend(cfg.dist.backend, cfg.device, local_world)
     from distrl.distributed.strategies import check_strategy
     from distrl.envs.registry import get_task
     from distrl.policy.networks import check_network

@@ -32,6 +32,10 @@ def small_config(
         tensorboard=False,
         progress=False,
         threads=1,
+        # the ranks' equivalences are compared bitwise on CPU and Gloo: --device auto would put
+        # one rank on a GPU but two ranks on one GPU's machine on CPU (a GPU has its own
+        # kernels and random streams, so its numbers are not the CPU's)
+        device="cpu",
     )
 
 
@@ -303,6 +307,8 @@ def cli_env(**extra: str) -> dict[str, str]:
     }
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.update(COLUMNS="500", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    if "PYTHONPATH" in extra and env.get("PYTHONPATH"):  # add to an install's own path
+        extra = dict(extra, PYTHONPATH=extra["PYTHONPATH"] + os.pathsep + env["PYTHONPATH"])
     env.update(extra)
     return env
 

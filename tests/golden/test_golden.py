@@ -2,9 +2,12 @@
 produce the same checkpoint tensors and the same ``metrics.jsonl`` values (timings aside) as the
 reference recorded from the code before the Strategy seam existed (tests/golden/reference.json).
 
-Bitwise on a CPU of the recorded capability (float results of the same program can differ in
-the last bits between AVX2 and AVX512 kernels); to 1e-6 relative elsewhere. To re-record after a
-change that is *meant* to alter the numbers: ``python -m tests.golden.record``.
+Bitwise on a CPU of the recorded capability under the recorded torch (float results of the same
+program can differ in the last bits between AVX2 and AVX512 kernels); to 1e-6 relative on another
+CPU, and to 1e-4 relative or 1e-6 absolute under another torch release, whose kernels sum in
+other orders (torch 2.11 against the 2.13 reference, seen on a GPU machine's CPU: 4e-8 on a
+policy loss of 3e-4 by iteration 5, 3e-7 on an explained variance of -7e-4).
+To re-record after a change that is *meant* to alter the numbers: ``python -m tests.golden.record``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from tests.golden.workers import golden_run
 pytestmark = pytest.mark.timeout(180)
 
 REFERENCE = json.loads((Path(__file__).parent / "reference.json").read_text())
-SAME_CPU = torch.backends.cpu.get_cpu_capability() == REFERENCE["cpu_capability"]
+SAME_TORCH = torch.__version__ == REFERENCE["torch"]
+SAME_CPU = SAME_TORCH and torch.backends.cpu.get_cpu_capability() == REFERENCE["cpu_capability"]
+REL, ABS = (1e-6, 1e-9) if SAME_TORCH else (1e-4, 1e-6)
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -35,9 +40,9 @@ def test_fixed_seed_run_matches_the_recorded_reference(world: int, tmp_path: Pat
             if SAME_CPU or not isinstance(v, float):
                 assert g[k] == v, f"iteration {it + 1}: {k} = {g[k]!r}, reference {v!r}"
             else:
-                assert g[k] == pytest.approx(v, rel=1e-6, abs=1e-9), f"iteration {it + 1}: {k}"
+                assert g[k] == pytest.approx(v, rel=REL, abs=ABS), f"iteration {it + 1}: {k}"
     if SAME_CPU:
         assert got["policy_sha256"] == ref["policy_sha256"]
         assert got["optimizer_sha256"] == ref["optimizer_sha256"]
     for k in ("param_sum", "param_sumsq", "lr"):
-        assert got[k] == pytest.approx(ref[k], rel=1e-6)
+        assert got[k] == pytest.approx(ref[k], rel=REL)

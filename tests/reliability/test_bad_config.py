@@ -159,7 +159,7 @@ TABLE = [
     ),
     (
         "more-ranks-than-gpus-under-torchrun",
-        ["cartpole", "--distributed", "True"],
+        ["cartpole", "--distributed", "True", "--device", "cuda"],
         ["3 processes on this machine need 3 GPUs", "but 2 are visible"],
         {
             "fake_gpus": 2,
@@ -212,3 +212,21 @@ def test_bad_configuration_is_refused_before_anything_starts(
     assert not run_dir.exists(), "a refused configuration created the run directory"
     assert not dist.is_initialized()
     assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+def test_auto_device_puts_more_ranks_than_gpus_on_cpu(monkeypatch):
+    """--device auto gives each local rank its own GPU or none: two ranks on a one-GPU machine
+    (`make train` on a laptop) train on CPU instead of stopping; NCCL is refused there, since
+    those ranks would not be on CUDA; an explicit --device cuda is still refused."""
+    from distrl.distributed import context
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert context.pick_device("auto", 0, 1) == torch.device("cuda:0")
+    assert context.pick_device("auto", 1, 2) == torch.device("cpu")
+    context.check_devices("auto", 2)  # no error
+    context.check_backend("gloo", "auto", 2)
+    with pytest.raises(ValueError, match="ranks would train on cpu"):
+        context.check_backend("nccl", "auto", 2)
+    with pytest.raises(ValueError, match="2 processes on this machine need 2 GPUs"):
+        context.check_devices("cuda", 2)

@@ -105,8 +105,10 @@ class Collectives:
             return tensor.unsqueeze(0)
         flat = tensor.reshape(-1).contiguous()
         n = self.group_size
-        out = torch.empty(n * flat.numel(), dtype=tensor.dtype, device=tensor.device)
-        self._timed(dist.all_gather_single, out, flat, group=self.group)
+        out = torch.empty(n, flat.numel(), dtype=tensor.dtype, device=tensor.device)
+        # the list form into views of one buffer: every backend and torch >= 2.3 has it
+        # (all_gather_single, used before, is absent from torch 2.11: seen on a GPU machine)
+        self._timed(dist.all_gather, list(out.unbind(0)), flat, group=self.group)
         return out.view(n, *tensor.shape)
 
     def reduce_stats(
@@ -117,7 +119,9 @@ class Collectives:
         bit-identical totals) and ``gather`` kept per rank."""
         gather = gather or {}
         named = [*sums.items(), *gather.items()]
-        row = torch.cat([t.detach().reshape(-1).to(torch.float64) for _, t in named])
+        # on the rank's device (NCCL moves CUDA tensors only); some counts live on the CPU
+        device = self.ctx.device
+        row = torch.cat([t.detach().reshape(-1).to(device, torch.float64) for _, t in named])
         rows = self.all_gather(row)
         total = rows[0].clone()
         for r in range(1, rows.shape[0]):

@@ -12,6 +12,7 @@ import datetime
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass
 
@@ -46,9 +47,16 @@ def env_ranks() -> tuple[int, int, int, int]:
     return int(g("RANK", "0")), int(g("LOCAL_RANK", "0")), world, int(g("LOCAL_WORLD_SIZE", world))
 
 
-def pick_device(spec: str, local_rank: int) -> torch.device:
+def auto_uses_cuda(local_world_size: int = 1) -> bool:
+    """``--device auto``: one GPU per local rank when there are that many, else every rank on
+    CPU. Ranks never share a GPU: NCCL refuses two ranks on one device, and a laptop's single
+    GPU under ``--nproc 2`` (``make train``) should train, not stop with an error."""
+    return torch.cuda.is_available() and local_world_size <= torch.cuda.device_count()
+
+
+def pick_device(spec: str, local_rank: int, local_world_size: int = 1) -> torch.device:
     if spec == "auto":
-        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+        return torch.device(f"cuda:{local_rank}" if auto_uses_cuda(local_world_size) else "cpu")
     device = torch.device(spec)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
@@ -153,12 +161,12 @@ def check_device(spec: str, flag: str = "--device") -> None:
     raise ValueError(f"{flag} {spec}: distrl trains on CPU or CUDA here; use one of: {choices}")
 
 
-def check_backend(backend: str, device: str) -> None:
+def check_backend(backend: str, device: str, local_world_size: int = 1) -> None:
     """Refuse ``--dist.backend nccl`` where the ranks would not train on CUDA (NCCL only moves
     tensors between GPUs): the process group would fail at its first collective."""
     if backend != "nccl":
         return
-    on = pick_device(device, 0).type  # the device is checked (check_device) before this
+    on = pick_device(device, 0, local_world_size).type  # check_device has checked the spec
     if on != "cuda":
         raise ValueError(
             f"--dist.backend nccl needs CUDA devices, but the ranks would train on {on} "
@@ -180,9 +188,9 @@ def check_devices(device: str, local_world_size: int) -> None:
     (more ranks than cores only time-slice). First ``check_device``: the spec must name a
     device this machine has."""
     check_device(device)
-    if local_world_size <= 1 or not torch.cuda.is_available():
-        return
-    spec = torch.device("cuda" if device == "auto" else device)
+    if local_world_size <= 1 or not torch.cuda.is_available() or device == "auto":
+        return  # auto puts the ranks on CPU when there are fewer GPUs than ranks
+    spec = torch.device(device)
     if spec.type != "cuda" or spec.index is not None:
         return  # an explicit cuda:K is the user's placement; CPU ranks have no such limit
     gpus = torch.cuda.device_count()
@@ -222,7 +230,14 @@ def init(cfg: TrainConfig) -> DistContext:
     keep_freed_memory()
     rank, local_rank, world, local_world = env_ranks() if cfg.distributed else (0, 0, 1, 1)
     torch.set_num_threads(cfg.threads or default_threads(local_world))
-    device = pick_device(cfg.device, local_rank)
+    device = pick_device(cfg.device, local_rank, local_world)
+    if cfg.device == "auto" and device.type == "cpu" and torch.cuda.is_available() and rank == 0:
+        print(
+            f"distrl: {local_world} ranks on this machine but {torch.cuda.device_count()} GPU(s): "
+            f"training on CPU (--device auto gives each rank its own GPU or none; use --nproc "
+            f"{torch.cuda.device_count()} to train on the GPU)",
+            file=sys.stderr,
+        )
     if device.type == "cpu" and cfg.dist.pin_cores:
         pin_to_cores(local_rank, local_world)
     if device.type == "cpu":

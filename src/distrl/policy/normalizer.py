@@ -43,6 +43,9 @@ class Moments:
         m2 = self.m2 + other.m2 + delta**2 * (self.count * other.count / n)
         return Moments(n, mean, m2)
 
+    def to(self, device: torch.device) -> Moments:
+        return Moments(self.count.to(device), self.mean.to(device), self.m2.to(device))
+
     def to_flat(self) -> torch.Tensor:
         """[count, count*mean..., M2 + count*mean^2 ...]: summing these across ranks and calling
         ``from_flat_sum`` gives the exact merged moments (the sum of raw power sums)."""
@@ -96,7 +99,8 @@ class RunningNorm(nn.Module):
         (nothing changes while ``frozen``)."""
         if not self.enabled or self.frozen:
             return
-        merged = self.moments().merge(batch)
+        # moments counted on the CPU (demonstrations, episodic counts) meet statistics on a GPU
+        merged = self.moments().merge(batch.to(self.count.device))
         self.count.copy_(merged.count)
         self.mean64.copy_(merged.mean)
         self.m2.copy_(merged.m2)

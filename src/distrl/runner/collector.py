@@ -42,6 +42,12 @@ class Collector:
             num_steps, N, env.obs_dim, act_shape, env.action_space.discrete, device
         )
         self.obs = env.reset(seed=seed)
+        if self.obs.device != device:
+            raise ValueError(
+                f"the env's reset() returned observations on {self.obs.device}, but the policy "
+                f"trains on {device}: a VecEnv makes its tensors on the device make_env is given "
+                f"(distrl.check_env tests this), or train with --device {self.obs.device}"
+            )
         z: dict[str, Any] = dict(device=device)
         self.ep_return = torch.zeros(N, **z)
         self.ep_length = torch.zeros(N, **z)

@@ -162,3 +162,19 @@ def test_resume_with_reward_scaling_equals_uninterrupted_run(tmp_path):
     assert_same(resumed["policy"], full["policy"], "policy")
     assert_same(resumed["ppo"], full["ppo"], "ppo")
     assert_same(resumed["ranks"][0]["disc_return"], full["ranks"][0]["disc_return"], "G")
+
+
+def test_a_shuffle_state_from_another_device_restarts_from_the_seed_with_a_warning():
+    """A GPU's minibatch shuffle generator is a CUDA one (Philox, 16 bytes of state); resuming
+    its checkpoint on a CPU (Mersenne Twister, 5056 bytes) cannot restore it: the run goes on
+    from the seed and says it will not match the uninterrupted one."""
+    from distrl.runner.learner import restore_generator
+
+    g = torch.Generator().manual_seed(3)
+    fresh = g.get_state()
+    with pytest.warns(UserWarning, match="saved on another device than this run's cpu"):
+        restore_generator(g, torch.zeros(16, dtype=torch.uint8), "minibatch shuffle")
+    assert torch.equal(g.get_state(), fresh)
+    other = torch.Generator().manual_seed(4).get_state()
+    restore_generator(g, other, "minibatch shuffle")  # same kind: restored, no warning
+    assert torch.equal(g.get_state(), other)

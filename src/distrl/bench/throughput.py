@@ -39,6 +39,8 @@ class ThroughputArgs:
     """Fresh processes per case; the median is reported."""
     threads: int = 1
     """Intra-op threads."""
+    device: str = "auto"
+    """Torch device (auto: the GPU when there is one, as `distrl train` picks)."""
     out: str | None = None
     """Results directory (default bench_out/throughput)."""
 
@@ -49,6 +51,7 @@ COLUMNS = [
     "num_envs",
     "num_steps",
     "threads",
+    "device",
     "sps_median",
     "sps_runs",
     "peak_rss_mb",
@@ -70,7 +73,7 @@ def measure_case(a: ThroughputArgs, case: str, envs: int, m: dict) -> dict:
     """``a.repeats`` fresh processes of one case: the median of their medians, their spread."""
     args = ["--case", case, "--task", a.task, "--num-envs", str(envs)]
     args += ["--num-steps", str(a.num_steps), "--iterations", str(a.iterations)]
-    args += ["--threads", str(a.threads)]
+    args += ["--threads", str(a.threads), "--device", a.device]
     runs = [common.run_json("distrl.bench.throughput", args) for _ in range(a.repeats)]
     row = dict(runs[0])
     row["sps_median"] = statistics.median(r["sps_median"] for r in runs)
@@ -80,8 +83,15 @@ def measure_case(a: ThroughputArgs, case: str, envs: int, m: dict) -> dict:
 
 
 def measure(
-    case: str, task: str, num_envs: int, num_steps: int, iterations: int, threads: int
+    case: str,
+    task: str,
+    num_envs: int,
+    num_steps: int,
+    iterations: int,
+    threads: int,
+    device: str = "auto",
 ) -> dict:
+    from distrl.bench.roofline import device_sync
     from distrl.config import AgentConfig, EnvConfig, validate
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy
@@ -103,6 +113,7 @@ def measure(
         ),
         policy=dataclasses.replace(base.policy, actor_hidden=(64, 64), critic_hidden=(64, 64)),
         threads=threads,
+        device=device,
         tensorboard=False,
         progress=False,
     )
@@ -114,11 +125,14 @@ def measure(
     # e2e: one whole training iteration, exactly as `distrl train` runs it (Runner.iterate:
     # rollout, checks, update, record; logging goes to the null telemetry)
     step = runner.iterate if case == "e2e" else runner.rollout
+    sync = device_sync(ctx.device)  # a GPU's queued work lands in the iteration that queued it
     step()  # warm-up (allocator, first-call overheads)
     times = []
     for _ in range(iterations):
+        sync()
         t0 = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - t0)
     times.sort()
     med = times[len(times) // 2]
@@ -128,6 +142,7 @@ def measure(
         "num_envs": num_envs,
         "num_steps": num_steps,
         "threads": threads,
+        "device": str(ctx.device),
         "iterations": iterations,
         "sps_median": steps_per_it / med,
         "sps_best": steps_per_it / times[0],
@@ -143,9 +158,11 @@ def main() -> None:
     p.add_argument("--num-steps", type=int, default=32)
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="auto")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    print(json.dumps(measure(a.case, a.task, a.num_envs, a.num_steps, a.iterations, a.threads)))
+    r = measure(a.case, a.task, a.num_envs, a.num_steps, a.iterations, a.threads, a.device)
+    print(json.dumps(r))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU figures of docs/benchmarks.md ("On a GPU"), in one command on a CUDA machine with
+# torch installed (distrl and the peers' packages on PYTHONPATH or installed):
+#
+#   bash peers/gpu_session.sh OUT_DIR [part ...]      parts: smoke throughput peer solve tests
+#
+# Writes OUT_DIR/<part>.log and the benches' CSVs; prints a short table at the end of each part.
+set -uo pipefail
+out=${1:?usage: gpu_session.sh OUT_DIR [part ...]}
+shift
+parts=${*:-smoke throughput peer solve}
+mkdir -p "$out"
+py=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+
+smoke() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
+    $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+        torch.cuda.get_device_name(0), "nccl", torch.cuda.nccl.version())'
+    # the tests that need CUDA (skipped on CPU machines)
+    $py -m pytest -q -rs -k cuda tests/envs tests/test_checkpoint.py -p no:cacheprovider
+    # one rank, --device auto: the GPU
+    time distrl train cartpole --env.num-envs 4096 --run-dir "$out/runs/cartpole4096" \
+        --progress False
+    tail -n 2 "$out/runs/cartpole4096/metrics.jsonl"
+    # NCCL under real torchrun (one GPU here, so a world of one: the group, its collectives and
+    # the checkpoint path; more ranks than GPUs fall back to CPU and Gloo, also shown)
+    time torchrun --standalone --nproc_per_node 1 --no_python distrl train cartpole \
+        --distributed True --run-dir "$out/runs/nccl1" --progress False --agent.max-iterations 30
+    time distrl train cartpole --nproc 2 --run-dir "$out/runs/auto2" --progress False \
+        --agent.max-iterations 10
+}
+
+throughput() {
+    for case in rollout e2e; do
+        for envs in 1024 4096 16384 65536; do
+            $py -m distrl.bench.throughput --case $case --num-envs $envs --iterations 20 \
+                --device cuda
+        done
+    done | tee "$out/throughput.jsonl"
+}
+
+peer() {
+    for envs in 1024 4096 16384 65536; do
+        $py peers/rsl_rl_ppo.py --envs $envs --iterations 20 --device cuda
+        $py -m distrl.bench.throughput --case e2e --num-envs $envs --iterations 20 --device cuda
+    done | tee "$out/peer.jsonl"
+}
+
+solve() {
+    distrl bench solve --tasks cartpole --seeds "${SEEDS:-5}" --out "$out/solve_default"
+    distrl bench solve --tasks cartpole --seeds "${SEEDS:-5}" --out "$out/solve_4096" \
+        --extra="--env.num-envs 4096 --agent.max-iterations 30"
+}
+
+tests() {  # TESTS: files or node ids (default: the whole suite)
+    $py -m pytest -q -rfE -n "${WORKERS:-8}" -p no:cacheprovider --timeout 300 ${TESTS:-}
+}
+
+for part in $parts; do
+    echo "=== $part"
+    $part 2>&1 | tee "$out/$part.log"
+done

@@ -57,14 +57,6 @@ def test_collector_scales_rewards_with_the_previous_rollouts_return_std() -> Non
         context.shutdown()
 
 
-def test_reward_scaling_is_refused_where_it_cannot_work() -> None:
-    from distrl.config import DistConfig, validate
-
-    cfg = small_config(16, distributed=False, policy=PolicyConfig(reward_normalization=True))
-    with pytest.raises(ValueError, match="reward-normalization is not supported with"):
-        validate(dataclasses.replace(cfg, dist=DistConfig(strategy="learner-actor")))
-
-
 def test_reward_scaling_is_refused_for_episodic_suites() -> None:
     from distrl.cli import check_before_start, parse_train_args
 

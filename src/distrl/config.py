@@ -373,12 +373,6 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive(errors, "--dist.learners", cfg.dist.learners, "use e.g. 1")
     if cfg.dist.max_policy_lag < 0:
         errors.append(f"--dist.max-policy-lag must be 0 or more, got {cfg.dist.max_policy_lag}")
-    if cfg.policy.reward_normalization and cfg.dist.strategy == "learner-actor":
-        errors.append(
-            "--policy.reward-normalization is not supported with --dist.strategy learner-actor "
-            "(actors would need the agreed return moments); use allreduce or a ps-* strategy, "
-            "or --policy.reward-normalization False"
-        )
     if a.keep_checkpoints is not None and a.keep_checkpoints < 1:
         errors.append(
             f"--agent.keep-checkpoints must be 1 or more, got {a.keep_checkpoints}; it is how "

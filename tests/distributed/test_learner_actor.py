@@ -36,17 +36,19 @@ def test_rollout_codec_round_trip_into_a_slot():
     last, window = torch.randn(N, D, generator=g), torch.full((100, 3), -1.0)
     window[-1] = torch.tensor([5.0, 5.0, 7.0])
     codec = RolloutCodec(T, N, D, 1)
-    payload = codec.encode(src, last, window)
+    ret = torch.tensor([4096.0, 123456.789, 9.87654321e6], dtype=torch.float64)  # exact: bytes
+    payload = codec.encode(src, last, ret, window)
     assert payload.numel() == codec.numel and payload.dtype == torch.float32
     dst = SimpleNamespace(
         **{k: torch.zeros(T, 2 * N, *v.shape[2:], dtype=v.dtype) for k, v in vars(src).items()}
     )
     obs = torch.zeros(2 * N, D)
-    got = codec.decode_into(payload, dst, obs, slot=1)
+    got, got_ret = codec.decode_into(payload, dst, obs, slot=1)
     for k, v in vars(src).items():
         assert torch.equal(getattr(dst, k)[:, N:], v), k
         assert not getattr(dst, k)[:, :N].any(), k
     assert torch.equal(obs[N:], last) and torch.equal(got, window)
+    assert got_ret.dtype == torch.float64 and torch.equal(got_ret, ret)
 
 
 def test_merge_windows_keeps_the_newest_episodes():
@@ -62,9 +64,12 @@ def test_merge_windows_keeps_the_newest_episodes():
 
 # ---- real ranks --------------------------------------------------------------------------------
 @pytest.mark.timeout(180)
-def test_one_learner_one_actor_reproduces_one_process():
-    one = expect_ok(*run_ranks(learn_params, 1, 4, timeout=120)[:2], 1)[0]
-    la = expect_ok(*run_ranks(learn_params, 2, 4, LA, timeout=120)[:2], 2)
+@pytest.mark.parametrize("policy", [{}, {"reward_normalization": True}], ids=["raw", "scaled"])
+def test_one_learner_one_actor_reproduces_one_process(policy):
+    """Also with reward scaling: the actor scales with the statistics that came with the
+    weights, and ships its discounted-return moments with the rollout."""
+    one = expect_ok(*run_ranks(learn_params, 1, 4, None, policy, timeout=120)[:2], 1)[0]
+    la = expect_ok(*run_ranks(learn_params, 2, 4, LA, policy, timeout=120)[:2], 2)
     learner, actor = la
     assert learner["iteration"] == actor["iteration"] == one["iteration"] == 4
     torch.testing.assert_close(learner["params"], one["params"], atol=1e-5, rtol=1e-5)

@@ -66,9 +66,9 @@ def test_episodic_rloo_under_learner_actor_is_refused_with_the_reason():
         check_strategy(cfg("reach10", strategy="learner-actor"), world_size=2, episodic=True)
 
 
-def test_reward_scaling_under_learner_actor_is_refused_with_the_reason():
+def test_reward_scaling_under_learner_actor_is_accepted():
+    """The actors ship their discounted-return moments with each rollout (test_learner_actor)."""
     c = dataclasses.replace(
         cfg(strategy="learner-actor"), policy=PolicyConfig(reward_normalization=True)
     )
-    with pytest.raises(ValueError, match="do not ship the discounted returns"):
-        check_strategy(c, world_size=2)
+    check_strategy(c, world_size=2)

@@ -199,16 +199,20 @@ def replica(policy: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     }
 
 
-def learn_params(rank: int, world: int, iterations: int, dist: dict | None = None) -> dict:
+def learn_params(
+    rank: int, world: int, iterations: int, dist: dict | None = None, policy: dict | None = None
+) -> dict:
     """OnPolicyRunner.learn() for a few real iterations; every rank returns its full state.
-    ``dist``: DistConfig fields (e.g. another strategy)."""
-    from distrl.config import DistConfig
+    ``dist``: DistConfig fields (e.g. another strategy); ``policy``: PolicyConfig fields."""
+    from distrl.config import DistConfig, PolicyConfig
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import make_env
     from distrl.runner.on_policy import OnPolicyRunner
 
-    cfg = small_config(16, distributed=world > 1, max_iterations=iterations)
+    cfg = small_config(
+        16, distributed=world > 1, max_iterations=iterations, policy=PolicyConfig(**(policy or {}))
+    )
     cfg = dataclasses.replace(cfg, dist=DistConfig(**(dist or {})))
     ctx = context.init(cfg)
     try:

@@ -77,6 +77,9 @@ class RolloutCodec:
     """One actor's rollout <-> one flat float32 payload (fixed layout for a T x N buffer)."""
 
     def __init__(self, num_steps: int, num_envs: int, obs_dim: int, act_numel: int):
+        """Payload, in order: the buffer's tensors, the last observations, the return moments
+        (``Moments.to_flat``, float64 as 6 float32 words: zeros without reward scaling), the
+        episode window."""
         T, N = num_steps, num_envs
         self.T, self.N, self.obs_dim, self.act_numel = T, N, obs_dim, act_numel
         self.sizes = {
@@ -87,26 +90,35 @@ class RolloutCodec:
                 T * N,
             ),
             "last_obs": N * obs_dim,
+            "ret": 6,
             "window": WINDOW_ROWS * 3,
         }
         self.numel = sum(self.sizes.values())
 
-    def encode(self, buf: Any, last_obs: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
-        parts = [getattr(buf, k) for k in list(self.sizes)[:-2]] + [last_obs, window]
-        return torch.cat([p.detach().reshape(-1).float().cpu() for p in parts])
+    def encode(
+        self, buf: Any, last_obs: torch.Tensor, ret: torch.Tensor, window: torch.Tensor
+    ) -> torch.Tensor:
+        parts = [getattr(buf, k) for k in list(self.sizes)[:-3]] + [last_obs]
+        flat = [p.detach().reshape(-1).float().cpu() for p in parts]
+        return torch.cat([*flat, pack64(ret.cpu()), window.detach().reshape(-1).float().cpu()])
 
-    def decode_into(self, payload: torch.Tensor, buf: Any, obs: torch.Tensor, slot: int) -> Any:
+    def decode_into(
+        self, payload: torch.Tensor, buf: Any, obs: torch.Tensor, slot: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the rollout into columns [slot*N, (slot+1)*N) of ``buf`` and rows of ``obs``;
-        returns the actor's episode window [WINDOW, 3]."""
+        returns the actor's episode window [WINDOW, 3] and return moments (float64 [3])."""
         cols = slice(slot * self.N, (slot + 1) * self.N)
-        off = 0
+        off, ret = 0, torch.zeros(3, dtype=torch.float64)
         for name, n in self.sizes.items():
             piece = payload[off : off + n]
             off += n
             if name == "window":
-                return piece.view(WINDOW_ROWS, 3).clone()
+                return piece.view(WINDOW_ROWS, 3).clone(), ret
             if name == "last_obs":
                 obs[cols] = piece.view(self.N, self.obs_dim).to(obs.device)
+                continue
+            if name == "ret":
+                ret = unpack64(piece)
                 continue
             dst = getattr(buf, name)
             col = dst[:, cols]
@@ -419,7 +431,8 @@ class LearnerActor(Collectives):
 
     def send_rollout(self, collector: Any, iteration: int, seconds: float) -> None:
         """Actor: this rollout, with the version of the weights that collected it."""
-        payload = self.codec.encode(collector.buffer, collector.obs, collector.window)
+        ret = collector.return_moments() if collector.scales_rewards else torch.zeros(3)
+        payload = self.codec.encode(collector.buffer, collector.obs, ret, collector.window)
         self._up(ROLLOUT, payload, iteration=iteration, seconds=seconds)
 
     def send_state(self, iteration: int, state: Any) -> None:
@@ -480,7 +493,7 @@ class LearnerActor(Collectives):
     def receive_rollouts(self, rollouts: Any) -> None:
         """Learner: one rollout from every live actor into ``rollouts`` (a RemoteRollouts),
         dropping (and counting) rollouts more than K versions old."""
-        windows, times = [], []
+        windows, times, rets = [], [], []
         got: dict[int, tuple[int, float, torch.Tensor]] = {}
         while True:
             for a in sorted(self.live):
@@ -498,10 +511,13 @@ class LearnerActor(Collectives):
         rollouts.resize(len(live))
         for slot, a in enumerate(live):
             version, seconds, payload = got[a]
-            windows.append(self.codec.decode_into(payload, rollouts.buffer, rollouts.obs, slot))
+            window, ret = self.codec.decode_into(payload, rollouts.buffer, rollouts.obs, slot)
+            windows.append(window)
+            rets.append(ret)
             times.append(seconds)
             self._acc["lags"].append(self.version - version)
         rollouts.window = merge_windows(windows)
+        rollouts.ret = torch.stack(rets).sum(0)  # flat moments add up (Moments.to_flat)
         rollouts.last_rollout_time = max(times)
 
     def learner_states(self, iteration: int, own: Any) -> list[Any] | None:

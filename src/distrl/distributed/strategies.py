@@ -97,12 +97,6 @@ def check_strategy(cfg: TrainConfig, world_size: int, episodic: bool = False) ->
             f"--dist.strategy {name} does not read {given}; drop the option or pick the "
             f"strategy that reads it"
         )
-    if name == "learner-actor" and cfg.policy.reward_normalization:
-        raise ValueError(
-            "--policy.reward-normalization with --dist.strategy learner-actor: the actors do not "
-            "ship the discounted returns the reward scale is fitted to; pass "
-            "--policy.reward-normalization False or use another strategy"
-        )
     if name == "learner-actor" and cfg.dist.sync != "async":
         for flag, value, default in (
             ("max-policy-lag", cfg.dist.max_policy_lag, 2),

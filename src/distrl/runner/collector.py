@@ -138,6 +138,10 @@ class Collector:
     def obs_moments(self) -> torch.Tensor:
         return obs_moments(self.buffer)
 
+    @property
+    def scales_rewards(self) -> bool:
+        return self.policy.reward_norm is not None
+
     def return_moments(self) -> torch.Tensor:
         """This rollout's discounted-return moments for the reward scale, flat float64 [3]."""
         return Moments.of(self.disc_returns.reshape(-1, 1)).to_flat()
@@ -190,6 +194,8 @@ class RolloutSource(Protocol):
 
     def obs_moments(self) -> torch.Tensor: ...
 
+    def return_moments(self) -> torch.Tensor: ...
+
     def episode_window(self, iteration: int) -> torch.Tensor: ...
 
 
@@ -203,6 +209,8 @@ class RemoteRollouts:
         self.slots = 0
         self.resize(slots)
         self.window = torch.full((WINDOW, 3), -1.0, device=device)
+        self.ret = torch.zeros(3, dtype=torch.float64)
+        """The actors' discounted-return moments, summed (reward scaling)."""
         self.last_rollout_time = 0.0
 
     def resize(self, slots: int) -> None:
@@ -219,6 +227,9 @@ class RemoteRollouts:
 
     def obs_moments(self) -> torch.Tensor:
         return obs_moments(self.buffer)
+
+    def return_moments(self) -> torch.Tensor:
+        return self.ret
 
     def episode_window(self, iteration: int) -> torch.Tensor:
         return self.window

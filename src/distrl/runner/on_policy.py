@@ -131,8 +131,8 @@ class OnPolicyRunner(Runner):
         self.learner.advantages(buf, c.obs)
         rollout_time = torch.tensor([c.last_rollout_time], dtype=torch.float64)
         sums = {"batch": PPO.batch_sums(buf), "obs": c.obs_moments()}
-        if self.policy.reward_norm is not None:  # learner-actor refuses reward scaling
-            sums["ret"] = self.own_collector().return_moments()
+        if self.policy.reward_norm is not None:  # (learner-actor: the actors' moments, summed)
+            sums["ret"] = c.return_moments()
         agreed = self.strategy.reduce_stats(
             sums=sums,
             gather={"rollout_time": rollout_time, "episodes": c.episode_window(self.iteration)},

@@ -158,16 +158,23 @@ _BUILTINS: dict[str, Task] = {
             name="cartpole",
             description="CartPole-v1 balance (discrete 2), batched torch; max return 500",
             make_env=CartPole,
+            # 3 epochs x 2 minibatches (6 gradient steps an iteration, not 20), no value-loss
+            # clip, rewards scaled by the return's std: 120,832 env steps to 475 (median of 30
+            # seeds, all reach it and end at 500) against 196,608 (14 of 15 reach it) with 5 x 4,
+            # clipped values and raw rewards; without the reward scale 4 of 15 seeds fell to ~140
+            # after it (the value loss of raw returns ~100 swamped the clipped gradient)
             default_config=_config(
                 "cartpole",
                 num_envs=128,
+                policy=PolicyConfig(reward_normalization=True),
                 num_steps=32,
-                num_epochs=5,
-                num_minibatches=4,
+                num_epochs=3,
+                num_minibatches=2,
                 learning_rate=1e-3,
                 lr_schedule="adaptive",
                 gamma=0.99,
                 ent_coef=0.0,
+                clip_vloss=False,
                 max_iterations=100,
             ),
         ),

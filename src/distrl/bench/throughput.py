@@ -111,7 +111,13 @@ def measure(
             max_iterations=iterations,
             save_interval=10**9,
         ),
-        policy=dataclasses.replace(base.policy, actor_hidden=(64, 64), critic_hidden=(64, 64)),
+        policy=dataclasses.replace(
+            base.policy,
+            actor_hidden=(64, 64),
+            critic_hidden=(64, 64),
+            # rsl_rl's setup scales no rewards (cartpole's own defaults do, since 2026-11-25)
+            reward_normalization=base.policy.reward_normalization and case == "rollout",
+        ),
         threads=threads,
         device=device,
         tensorboard=False,

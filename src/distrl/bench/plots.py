@@ -204,25 +204,30 @@ def straggler(summary: list[dict], path: Path, title: str) -> None:
     get = {(r["mode"], r["straggler"]): r for r in summary}
     fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
     x = np.arange(len(modes))
-    for j, (slow, name) in enumerate(((False, "even"), (True, "one straggler"))):
+    # only the variants that ran (--no-straggler runs the even one alone)
+    variants = [(slow, name) for slow, name in ((False, "even"), (True, "one straggler"))
+                if any(k[1] == slow for k in get)]  # fmt: skip
+    width = 0.8 / max(1, len(variants))
+    for j, (slow, name) in enumerate(variants):
         rows = [get.get((m, slow), {}) for m in modes]
-        ax[0].bar(x + (j - 0.5) * 0.4, [_num(r.get("sps")) for r in rows], 0.4, label=name)
-        ax[1].bar(
-            x + (j - 0.5) * 0.4, [_num(r.get("time_to_target_s")) for r in rows], 0.4, label=name
-        )
+        at = x + (j - (len(variants) - 1) / 2) * width
+        ax[0].bar(at, [_num(r.get("sps")) for r in rows], width, label=name)
+        ax[1].bar(at, [_num(r.get("time_to_target_s")) for r in rows], width, label=name)
     for a, yl in ((ax[0], "env-steps/s"), (ax[1], "time to target (s, median)")):
         a.set_xticks(x, modes, rotation=20)
         a.set_ylabel(yl)
-        a.legend()
+        if len(variants) > 1:
+            a.legend()
+    slow = variants[-1][0] if variants else True  # the straggler's runs, else the even ones
     for m in modes:
-        h = get.get((m, True), {}).get("staleness_hist") or {}
+        h = get.get((m, slow), {}).get("staleness_hist") or {}
         if h and any(k > 0 for k in h):
             ks = sorted(h)
             ax[2].plot(ks, [h[k] for k in ks], marker="o", label=m)
     ax[2].set(
         xlabel="iteration's mean staleness (rounded)",
         ylabel="iterations",
-        title="staleness with the straggler",
+        title="staleness with the straggler" if slow else "staleness (no straggler)",
     )
     if ax[2].lines:
         ax[2].legend()

@@ -147,10 +147,12 @@ class DistConfig:
     sync: Literal["on-policy", "async"] = "on-policy"
     """learner-actor: on-policy: an actor waits for the weights its last rollout produced before
     collecting again (as one process); async: it goes on with the newest weights it holds."""
-    max_policy_lag: int = 2
+    max_policy_lag: int = 1
     """learner-actor, async: a rollout collected with weights more than this many versions old
     is dropped by its learner (counted in dist/dropped_samples), and an actor waits rather than
-    collect one that would be."""
+    collect one that would be. 1: on cartpole (1 learner + 2 actors, 5 seeds) async reached 475
+    in 3.93 s against on-policy's 4.12 s; with 2 it took 4.99 s against 3.87 s (1.44x the env
+    steps, at the maximum lag in 490 of 500 iterations)."""
     correction: Literal["vtrace", "none"] = "vtrace"
     """learner-actor, async: vtrace: advantages and value targets by V-trace (IMPALA's
     truncated importance weights, rho_bar = c_bar = 1) under the learner's current policy and

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from distrl.bench import common, plots
 from distrl.bench.runs import quiet_train_args, run_training
 from distrl.bench.solve import DEFAULT_TARGETS, time_to_target
+from distrl.config import DistConfig
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def mode_args(mode: str, a: StragglerArgs) -> tuple[str, list[str], int, int]:
     if name in ("la", "la-async", "la-async-gae"):  # rank 0 learns; the workers act
         flags = ["--dist.strategy", "learner-actor"]
         if name != "la":
-            flags += ["--dist.sync", "async", "--dist.max-policy-lag", s or "2"]
+            lag = s or str(DistConfig().max_policy_lag)
+            flags += ["--dist.sync", "async", "--dist.max-policy-lag", lag]
             flags += ["--dist.correction", "none" if name == "la-async-gae" else "vtrace"]
         return mode, flags, a.workers + 1, a.workers
     if name == "allreduce":

@@ -99,8 +99,8 @@ def check_strategy(cfg: TrainConfig, world_size: int, episodic: bool = False) ->
         )
     if name == "learner-actor" and cfg.dist.sync != "async":
         for flag, value, default in (
-            ("max-policy-lag", cfg.dist.max_policy_lag, 2),
-            ("correction", cfg.dist.correction, "vtrace"),
+            ("max-policy-lag", cfg.dist.max_policy_lag, defaults.max_policy_lag),
+            ("correction", cfg.dist.correction, defaults.correction),
         ):
             if value != default:
                 raise ValueError(

@@ -52,7 +52,11 @@ def test_default_config_values() -> None:
     assert default_config("acrobot").agent.num_steps == 32
     pendulum = default_config("pendulum")
     assert pendulum.agent.max_iterations == 150 and pendulum.agent.lr_schedule == "linear"
-    assert pendulum.policy.reward_normalization and not cartpole.policy.reward_normalization
+    assert pendulum.policy.reward_normalization and cartpole.policy.reward_normalization
+    # cartpole's update (2026-11-25): 3 epochs x 2 minibatches, no value clip, rewards scaled
+    assert (cartpole.agent.num_epochs, cartpole.agent.num_minibatches) == (3, 2)
+    assert not cartpole.agent.clip_vloss
+    assert not default_config("gym:CartPole-v1").policy.reward_normalization  # no built-in twin
     # a Gymnasium id with a built-in twin trains with the twin's tuned settings
     assert default_config("gym:Pendulum-v1").agent == pendulum.agent
     assert default_config("gym:Pendulum-v1").task == "gym:Pendulum-v1"

@@ -68,7 +68,11 @@ They are hashed into ``config_hash``. Every other field is safe to change on res
 ``agent.max_iterations``); ``check_resume_compatible`` reports such changes as notes.
 """
 
-LATER_FIELDS: dict[str, Any] = {"policy.reward_normalization": False, "policy.network": "mlp"}
+LATER_FIELDS: dict[str, Any] = {
+    "policy.reward_normalization": False,
+    "policy.network": "mlp",
+    "policy.popart_tasks": 0,
+}
 """``MUST_MATCH`` fields added after checkpoints were first written, with the value that means
 what older checkpoints did: at that value they are left out of ``config_hash`` (and a manifest
 without them compares equal), so checkpoints from before the field existed still resume."""

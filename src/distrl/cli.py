@@ -106,6 +106,11 @@ def check_before_start(cfg: TrainConfig) -> None:
             f"--policy.reward-normalization does not apply to {cfg.task}: its episodic RLOO "
             f"runner scores whole episodes; leave it off"
         )
+    if cfg.policy.popart_tasks and episodic:
+        raise ValueError(
+            f"--policy.popart-tasks does not apply to {cfg.task}: its episodic RLOO runner "
+            f"has no critic (RLOO's baseline is the group's other episodes); leave it at 0"
+        )
     if cfg.init_from is not None:
         init_policy(cfg)  # the file and its policy's fit, checked (and read) before any start
     if cfg.resume is None:

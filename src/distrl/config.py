@@ -43,6 +43,12 @@ class PolicyConfig:
     """Scale rewards by the running std of the discounted return (gamma = --agent.gamma) and
     clip them to [-10, 10], as Gymnasium's NormalizeReward / SB3's VecNormalize do; the value
     head then predicts scaled returns. Moments merged across ranks; logged returns stay raw."""
+    popart_tasks: int = 0
+    """PopArt per-task value normalization (0: off): the last popart_tasks entries of every
+    observation are a one-hot task id (MT10's envs: 10), the critic gets one output per task,
+    each predicting its task's value target normalized by that task's running mean and std, and
+    its output layer is rescaled when they move so that values are preserved. Statistics are
+    agreed across ranks. PPO tasks only."""
 
 
 @dataclass(frozen=True)
@@ -437,6 +443,11 @@ def _validate_policy(errors: list[str], p: PolicyConfig) -> None:
             )
     if not math.isfinite(p.init_log_std):
         errors.append(f"--policy.init-log-std must be finite, got {p.init_log_std}; use e.g. 0.0")
+    if p.popart_tasks < 0:
+        errors.append(
+            f"--policy.popart-tasks must be 0 (off) or the width of the observations' task "
+            f"one-hot, got {p.popart_tasks}"
+        )
 
 
 def _validate_multitask(errors: list[str], m: MultiTaskConfig) -> None:

@@ -237,7 +237,7 @@ class Evaluator:
         from distrl.envs.registry import get_task
 
         self.cfg, self.device, self.run_dir = cfg, device, run_dir
-        self.suite = get_task(cfg.task).suite
+        self.suite = get_task(cfg.task).evaluation_suite  # (MT10's PPO task too)
         self.score_key = "eval/success" if self.suite is not None else "eval/return_mean"
         self.env: VecEnv | None = None
         self.suite_envs: dict[str, EpisodicVecEnv] = {}  # built at the first suite evaluation

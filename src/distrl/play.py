@@ -78,7 +78,7 @@ def play(args: PlayArgs) -> torch.Tensor:
         raise ValueError(f"--episodes must be at least 1, got {episodes}")
     device = torch.device(args.device)
     cfg, state, path, manifest = load(args.path, device)
-    if get_task(cfg.task).suite is not None:
+    if get_task(cfg.task).evaluation_suite is not None:  # MT10's PPO too: per-task success
         return play_suite(args, cfg, state, path, manifest)
     n = args.num_envs or min(episodes, 64)
     env = make_env(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=n)), device)
@@ -97,8 +97,9 @@ def play(args: PlayArgs) -> torch.Tensor:
 def play_suite(
     args: PlayArgs, cfg: TrainConfig, state: dict[str, Any], path: Path, manifest: dict
 ) -> torch.Tensor:
-    """Per-task success of an episodic suite's policy; returns it [tasks]."""
-    suite = get_task(cfg.task).suite
+    """Per-task success of an episodic suite's policy (or a PPO policy of the suite's tasks:
+    ``Task.held_out_suite``); returns it [tasks]."""
+    suite = get_task(cfg.task).evaluation_suite
     assert suite is not None
     device = torch.device(args.device)
     tasks = suite.select(cfg.multitask.tasks)

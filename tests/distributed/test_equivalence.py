@@ -16,10 +16,16 @@ pytestmark = pytest.mark.timeout(180)
 AGENT = dict(norm_adv=True, lr_schedule="adaptive", num_minibatches=4, num_epochs=3)
 
 
-@pytest.mark.parametrize("reward_norm", [False, True], ids=["raw-rewards", "scaled-rewards"])
-def test_two_ranks_match_one_process_on_the_same_data(reward_norm: bool):
-    # with reward scaling, "norm" also holds the discounted-return moments merged over ranks
-    agent = dict(AGENT, policy=PolicyConfig(reward_normalization=reward_norm))
+@pytest.mark.parametrize(
+    "policy",
+    [{}, {"reward_normalization": True}, {"popart_tasks": 2}],
+    ids=["raw-rewards", "scaled-rewards", "popart"],
+)
+def test_two_ranks_match_one_process_on_the_same_data(policy: dict):
+    # with reward scaling, "norm" also holds the discounted-return moments merged over ranks;
+    # with PopArt the per-task value-target statistics (2 tasks, rewards 1x and 10x), agreed
+    # over ranks before the update that rescales the critic's output layer
+    agent = dict(AGENT, policy=PolicyConfig(**policy))
     single = expect_ok(*run_ranks(equivalence, 1, 16, 4, agent, timeout=120)[:2], 1)[0]
     ranks = expect_ok(*run_ranks(equivalence, 2, 16, 4, agent, timeout=120)[:2], 2)
     # identical replicas, bit for bit
@@ -28,6 +34,9 @@ def test_two_ranks_match_one_process_on_the_same_data(reward_norm: bool):
     # and equal to the single process up to float summation order
     torch.testing.assert_close(ranks[0]["params"], single["params"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ranks[0]["norm"], single["norm"], atol=1e-6, rtol=1e-6)
+    if "popart_tasks" in policy:  # (norm ends with PopArt's m1, m2 of the two tasks)
+        m1 = ranks[0]["norm"][-4:-2]
+        assert m1[1] > 5 * m1[0] > 0  # task 1's targets are ~10x task 0's
     # the adaptive LR moved, and identically
     assert ranks[0]["lr"] == ranks[1]["lr"]
     assert ranks[0]["lr"] == pytest.approx(single["lr"])

@@ -64,10 +64,16 @@ def test_merge_windows_keeps_the_newest_episodes():
 
 # ---- real ranks --------------------------------------------------------------------------------
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("policy", [{}, {"reward_normalization": True}], ids=["raw", "scaled"])
+@pytest.mark.parametrize(
+    "policy",
+    [{}, {"reward_normalization": True}, {"popart_tasks": 2}],
+    ids=["raw", "scaled", "popart"],
+)
 def test_one_learner_one_actor_reproduces_one_process(policy):
     """Also with reward scaling: the actor scales with the statistics that came with the
-    weights, and ships its discounted-return moments with the rollout."""
+    weights, and ships its discounted-return moments with the rollout. And with PopArt (two
+    tagged tasks, rewards 1x and 10x): the actor's values come from the rescaled output layer
+    and the statistics that came with the weights."""
     one = expect_ok(*run_ranks(learn_params, 1, 4, None, policy, timeout=120)[:2], 1)[0]
     la = expect_ok(*run_ranks(learn_params, 2, 4, LA, policy, timeout=120)[:2], 2)
     learner, actor = la

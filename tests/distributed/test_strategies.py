@@ -72,3 +72,11 @@ def test_reward_scaling_under_learner_actor_is_accepted():
         cfg(strategy="learner-actor"), policy=PolicyConfig(reward_normalization=True)
     )
     check_strategy(c, world_size=2)
+
+
+@pytest.mark.parametrize("strategy", ["ps-bsp", "ps-asp", "ps-bap"])
+def test_popart_under_a_parameter_server_is_refused_with_the_reason(strategy):
+    c = dataclasses.replace(cfg(strategy=strategy), policy=PolicyConfig(popart_tasks=2))
+    with pytest.raises(ValueError, match="PopArt rescales the critic's output layer"):
+        check_strategy(c, world_size=3)
+    check_strategy(dataclasses.replace(c, policy=PolicyConfig()), world_size=3)

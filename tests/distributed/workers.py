@@ -39,11 +39,15 @@ def small_config(
     )
 
 
-def recorded(iteration: int, T: int, N: int, obs_dim: int) -> dict[str, torch.Tensor]:
-    """Deterministic fake transitions for all N envs of the global layout (seeded by iteration)."""
+def recorded(
+    iteration: int, T: int, N: int, obs_dim: int, tasks: int = 0
+) -> dict[str, torch.Tensor]:
+    """Deterministic fake transitions for all N envs of the global layout (seeded by iteration).
+    ``tasks`` K > 0: the last K observation entries are a one-hot task id (env n: task n mod K)
+    and task k's rewards are scaled by 10^k (a multi-task batch for PopArt)."""
     g = torch.Generator().manual_seed(1000 + iteration)
     obs = torch.randn(T, N, obs_dim, generator=g) * 2.0 + 0.5
-    return {
+    d = {
         "obs": obs,
         "next_obs": torch.randn(N, obs_dim, generator=g),
         "actions": torch.randint(0, 2, (T, N), generator=g),
@@ -52,6 +56,47 @@ def recorded(iteration: int, T: int, N: int, obs_dim: int) -> dict[str, torch.Te
         "truncated": torch.rand(T, N, generator=g) < 0.05,
         "final_obs": torch.randn(T, N, obs_dim, generator=g),
     }
+    if tasks:
+        task = torch.arange(N) % tasks
+        onehot = torch.nn.functional.one_hot(task, tasks).float()
+        for key in ("obs", "next_obs", "final_obs"):
+            d[key][..., -tasks:] = onehot
+        d["rewards"] *= 10.0 ** task.float()
+    return d
+
+
+class TaskTagged:
+    """A VecEnv with a one-hot task id after every observation (row i: task i mod K) and task
+    k's rewards scaled by 10^k: a multi-task batch for PopArt, from any single-task env."""
+
+    def __init__(self, env, tasks: int):
+        self.env, self.tasks = env, tasks
+        self.num_envs, self.device = env.num_envs, env.device
+        self.action_space, self.max_episode_steps = env.action_space, env.max_episode_steps
+        self.obs_dim = env.obs_dim + tasks
+        task = torch.arange(env.num_envs, device=env.device) % tasks
+        self.onehot = torch.nn.functional.one_hot(task, tasks).float()
+        self.scale = 10.0 ** task.float()
+
+    def _tag(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.cat([obs, self.onehot], -1)
+
+    def reset(self, seed=None):
+        return self._tag(self.env.reset(seed))
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        info = dict(info, final_obs=self._tag(info["final_obs"]))
+        return self._tag(obs), reward * self.scale, terminated, truncated, info
+
+    def state_dict(self):
+        return self.env.state_dict()
+
+    def load_state_dict(self, state):
+        self.env.load_state_dict(state)
+
+    def close(self):
+        self.env.close()
 
 
 def equivalence(
@@ -116,7 +161,7 @@ def equivalence(
         updates = []
         for it in range(iterations):
             strategy.heartbeat(it)
-            d = recorded(it, T, total_envs, env.obs_dim)
+            d = recorded(it, T, total_envs, env.obs_dim, cfg.policy.popart_tasks)
             buf = runner.buffer
             with torch.no_grad():
                 buf.obs.copy_(d["obs"][:, sl])
@@ -163,9 +208,12 @@ def runner_replica(runner) -> dict:
     """Parameters, normalizer statistics (observations, and returns when rewards are scaled)
     and learning rate of a runner's policy."""
     norms = [runner.policy.normalizer, runner.policy.reward_norm]
+    stats = [torch.cat([n.mean64, n.m2, n.count.view(1)]) for n in norms if n]
+    if runner.policy.popart is not None:
+        stats.append(torch.cat([runner.policy.popart.m1, runner.policy.popart.m2]))
     return {
         "params": torch.cat([p.detach().reshape(-1) for p in runner.policy.parameters()]),
-        "norm": torch.cat([torch.cat([n.mean64, n.m2, n.count.view(1)]) for n in norms if n]),
+        "norm": torch.cat(stats),
         "lr": runner.ppo.lr,
     }
 
@@ -217,6 +265,8 @@ def learn_params(
     ctx = context.init(cfg)
     try:
         env = make_env(cfg, ctx.device)
+        if cfg.policy.popart_tasks:
+            env = TaskTagged(env, cfg.policy.popart_tasks)
         runner = OnPolicyRunner(cfg, make_strategy(cfg, ctx), env)
         final = runner.learn()  # ends with strategy.verify_replicas
         return {

@@ -88,3 +88,25 @@ def test_random_policy_is_truncated(metaworld) -> None:
     assert batch.lengths.tolist() == [20, 20, 20] and not batch.success.any()
     assert (batch.rewards[batch.mask] > 0).any()  # Meta-World's dense reward
     env.close()
+
+
+def test_mixed_dense_batch_runs_meta_worlds_own_episodes(metaworld) -> None:
+    """metaworld-mt10-ppo's env: row i runs task i mod 10 with its one-hot, the dense reward,
+    and success does not end the episode (the scripted expert succeeds and keeps going)."""
+    from distrl.envs.registry import get_task
+
+    env = get_task("metaworld-mt10-ppo").make_env(12, torch.device("cpu"), 60)
+    assert env.obs_dim == 49 and env.max_episode_steps == 60
+    obs = env.reset(seed=0)
+    want = torch.nn.functional.one_hot(torch.arange(12) % 10, 10).float()
+    assert torch.equal(obs[:, 39:], want)
+    scripted = [expert(t) for t in env.row_tasks]
+    ever = torch.zeros(12, dtype=torch.bool)
+    for step in range(60):
+        acts = torch.cat([scripted[i](obs[i : i + 1])[0] for i in range(12)])
+        obs, reward, terminated, truncated, info = env.step(acts)
+        assert not terminated.any() and truncated.all() == (step == 59)
+        ever |= info["success"]
+        assert (reward >= 0).all() and torch.equal(obs[:, 39:], want)
+    assert ever[0] and ever[10]  # reach-v3's expert succeeds within 60 steps, and goes on
+    env.close()

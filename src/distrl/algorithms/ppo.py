@@ -230,13 +230,19 @@ class PPO:
         """Loss and backward for one minibatch; returns ``flat`` = [grads | scalars]."""
         cfg = self.cfg
         new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
+        old_values, returns = mb.values, mb.returns
+        popart = self.policy.popart
+        if popart is not None:  # the value loss in each task's normalized units
+            new_values, old_values, returns = (
+                popart.normalize(v, mb.obs) for v in (new_values, old_values, returns)
+            )
         loss, parts = ppo_loss(
             new_logp,
             mb.logprobs,
             mb.advantages,
             new_values,
-            mb.values,
-            mb.returns,
+            old_values,
+            returns,
             entropy,
             cfg.clip_coef,
             cfg.clip_vloss,

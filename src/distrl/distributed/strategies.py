@@ -25,6 +25,7 @@ from distrl.distributed.learner_actor import LearnerActor
 from distrl.distributed.param_server import ParameterServer
 
 ON_POLICY, EPISODIC = "on-policy PPO", "episodic RLOO"
+POPART = "on-policy PPO with PopArt"
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,14 @@ _EPISODIC_LA = (
 )
 
 
+_POPART_PS = (
+    POPART,
+    "PopArt rescales the critic's output layer when the agreed value-target statistics move, and "
+    "under a parameter server the weights live on the server while the workers agree on the "
+    "statistics; use --dist.strategy allreduce or learner-actor, or --policy.popart-tasks 0",
+)
+
+
 def _allreduce(ctx: DistContext, cfg: TrainConfig) -> Strategy:
     return AllReduceStrategy(ctx, profile_sync=cfg.dist.profile_sync, timeout=cfg.dist.timeout)
 
@@ -56,9 +65,9 @@ def _ps(mode: str) -> Callable[[DistContext, TrainConfig], Strategy]:
 
 STRATEGIES: dict[str, StrategySpec] = {
     "allreduce": StrategySpec(_allreduce, options=("profile_sync",)),
-    "ps-bsp": StrategySpec(_ps("bsp")),
-    "ps-asp": StrategySpec(_ps("asp"), ("ps.staleness_lr",)),
-    "ps-bap": StrategySpec(_ps("bap"), ("ps.staleness", "ps.lifetime")),
+    "ps-bsp": StrategySpec(_ps("bsp"), refuses=(_POPART_PS,)),
+    "ps-asp": StrategySpec(_ps("asp"), ("ps.staleness_lr",), refuses=(_POPART_PS,)),
+    "ps-bap": StrategySpec(_ps("bap"), ("ps.staleness", "ps.lifetime"), refuses=(_POPART_PS,)),
     "learner-actor": StrategySpec(
         LearnerActor, ("learners", "sync", "max_policy_lag", "correction"), refuses=(_EPISODIC_LA,)
     ),
@@ -107,7 +116,7 @@ def check_strategy(cfg: TrainConfig, world_size: int, episodic: bool = False) ->
                     f"--dist.{flag} {value} is read only with --dist.sync async (on-policy "
                     f"actors always wait for the newest weights); add --dist.sync async"
                 )
-    algorithm = EPISODIC if episodic else ON_POLICY
+    algorithm = EPISODIC if episodic else POPART if cfg.policy.popart_tasks else ON_POLICY
     for refused, why in spec.refuses:
         if refused == algorithm:
             raise ValueError(

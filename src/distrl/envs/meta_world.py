@@ -7,10 +7,13 @@ mujoco 3.3.0; headless, CPU). The simulator is per env, so rows are stepped in a
 observations are converted to one tensor per step.
 
 Episodes follow the suite convention of ``envs.reach``: reward 1 on the step that succeeds,
-which terminates the episode (``reward="dense"`` gives Meta-World's shaped reward instead, still
-terminating on success); truncated after ``max_episode_steps`` (at most Meta-World's 500).
+which terminates the episode; truncated after ``max_episode_steps`` (at most Meta-World's 500).
+``reward="dense"`` gives Meta-World's own episodes instead, for PPO: its shaped reward (up to 10
+per step), no termination (success is reported in ``info["success"]`` and the episode goes on,
+as Meta-World's MT benchmarks run it), so the env is then a plain VecEnv, not an episodic one.
 Observation: Meta-World's 39 state values (goal visible, as in its MT benchmarks), then a
-one-hot task id over the ten MT10 tasks unless ``one_hot=False``.
+one-hot task id over the ten MT10 tasks unless ``one_hot=False``. ``task`` is one task name for
+every row, or one name per row (a mixed batch: ``metaworld-mt10-ppo`` cycles the ten tasks).
 
 ``reset_rows`` starts row i from goal variant ``init_indices[i]``: ``set_task`` then ``reset``
 (object and goal positions are fixed by the variant). Training's variants are MT10's with
@@ -26,6 +29,7 @@ import functools
 import importlib
 import math
 import types
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -379,14 +383,15 @@ def _fast_env_class(task: str, env_cls: type) -> type:
 
 
 class MetaWorldMT10(EpisodicVecEnv):
-    """``num_envs`` copies of one MT10 task. Actions [N, 4] in [-1, 1] (clipped). The envs
-    use the exact fast paths above unless ``fast_paths=False`` (unmodified Meta-World)."""
+    """``num_envs`` MT10 envs: copies of one task, or row i running ``task[i]``. Actions
+    [N, 4] in [-1, 1] (clipped). The envs use the exact fast paths above unless
+    ``fast_paths=False`` (unmodified Meta-World)."""
 
     num_init_states = 50
 
     def __init__(
         self,
-        task: str,
+        task: str | Sequence[str],
         num_envs: int,
         device: torch.device | str = "cpu",
         max_episode_steps: int | None = None,
@@ -396,37 +401,45 @@ class MetaWorldMT10(EpisodicVecEnv):
         held_out: bool = False,
         fast_paths: bool = True,
     ) -> None:
-        if task not in MT10_TASKS:
-            raise ValueError(f"unknown MT10 task {task!r}; tasks: {', '.join(MT10_TASKS)}")
+        row_tasks = [task] * num_envs if isinstance(task, str) else list(task)
+        if len(row_tasks) != num_envs:
+            raise ValueError(f"{len(row_tasks)} task names for {num_envs} envs; give one per env")
+        unknown = sorted(set(row_tasks) - set(MT10_TASKS))
+        if unknown:
+            raise ValueError(f"unknown MT10 task {unknown[0]!r}; tasks: {', '.join(MT10_TASKS)}")
         if reward not in ("success", "dense"):
             raise ValueError(f"reward must be 'success' or 'dense', got {reward!r}")
         bench = mt10_benchmark(HELD_OUT_BENCHMARK_SEED if held_out else benchmark_seed)
-        self.task, self.reward_mode = task, reward
-        self.variants = [t for t in bench.train_tasks if t.env_name == task]
-        self.num_init_states = len(self.variants)
-        env_cls = bench.train_classes[task]  # fast_paths: bitwise the same, ~2-3x faster
-        env_cls = _fast_env_class(task, env_cls) if fast_paths else env_cls
-        self.envs = [env_cls() for _ in range(num_envs)]
-        limit = self.envs[0].max_path_length
+        self.task, self.reward_mode, self.row_tasks = task, reward, row_tasks
+        names = sorted(set(row_tasks), key=MT10_TASKS.index)
+        self._variants = {t: [v for v in bench.train_tasks if v.env_name == t] for t in names}
+        self.variants = self._variants[row_tasks[0]]  # (one task: its goal variants)
+        self.num_init_states = min(len(v) for v in self._variants.values())
+        # fast_paths: bitwise the same, ~2-3x faster
+        classes = {
+            t: _fast_env_class(t, bench.train_classes[t]) if fast_paths else bench.train_classes[t]
+            for t in names
+        }
+        self.envs = [classes[t]() for t in row_tasks]
+        limit = min(env.max_path_length for env in self.envs)
         self.max_episode_steps = limit if max_episode_steps is None else max_episode_steps
         if not 1 <= self.max_episode_steps <= limit:
             raise ValueError(f"max_episode_steps must be in 1..{limit}, got {max_episode_steps}")
         self.num_envs, self.device = num_envs, torch.device(device)
-        self.one_hot = np.zeros(len(MT10_TASKS) if one_hot else 0, dtype=np.float32)
-        if one_hot:
-            self.one_hot[MT10_TASKS.index(task)] = 1.0
-        self.obs_dim = STATE_DIM + self.one_hot.size
+        width = len(MT10_TASKS) if one_hot else 0
+        self.obs_dim = STATE_DIM + width
         self.action_space = ActionSpace("continuous", low=(-1.0,) * 4, high=(1.0,) * 4)
         self.generator = torch.Generator().manual_seed(0)
         self.elapsed = np.zeros(num_envs, dtype=np.int64)
         self._obs = np.zeros((num_envs, self.obs_dim), dtype=np.float32)
-        self._obs[:, STATE_DIM:] = self.one_hot
+        if one_hot:
+            self._obs[np.arange(num_envs), [STATE_DIM + MT10_TASKS.index(t) for t in row_tasks]] = 1
         self._start(range(num_envs), [0] * num_envs)
 
     def _start(self, rows: Any, variants: Any) -> None:
         for row, v in zip(rows, variants, strict=True):
             env = self.envs[row]
-            env.set_task(self.variants[int(v)])
+            env.set_task(self._variants[self.row_tasks[row]][int(v)])
             obs, _ = env.reset()
             self._obs[row, :STATE_DIM] = obs
             self.elapsed[row] = 0
@@ -463,14 +476,14 @@ class MetaWorldMT10(EpisodicVecEnv):
         self.elapsed += 1
         truncated = self.elapsed >= self.max_episode_steps
         final_obs = self._tensor(self._obs)
-        done = (success | truncated).nonzero()[0]
+        terminated = success if self.reward_mode == "success" else np.zeros_like(success)
+        done = (terminated | truncated).nonzero()[0]
         self._start(done, self._random_variants(len(done)))
         info = {"final_obs": final_obs, "success": self._tensor(success)}
-        terminated = self._tensor(success)
         return (
             self._tensor(self._obs),
             self._tensor(reward),
-            terminated,
+            self._tensor(terminated),
             self._tensor(truncated),
             info,
         )

@@ -53,6 +53,15 @@ class Task:
     preflight: Callable[[], None] | None = None
     """Raises ValueError naming the fix when the task cannot be built here (a missing extra, a
     Gymnasium space distrl cannot step); ``distrl train`` runs it before anything starts."""
+    held_out_suite: EpisodicSuite | None = None
+    """The suite whose held-out init states ``distrl play`` scores a policy of this PPO task on
+    (``metaworld-mt10-ppo``: MT10's, as the episodic runs are scored)."""
+
+    @property
+    def evaluation_suite(self) -> EpisodicSuite | None:
+        """The suite ``distrl play`` reports per-task success on: ``suite`` or
+        ``held_out_suite`` (None: mean return over episodes)."""
+        return self.suite or self.held_out_suite
 
 
 def _config(
@@ -267,6 +276,17 @@ def _mt10_task_env(
     return MetaWorldMT10(name, num_envs, device, max_episode_steps, held_out=held_out)
 
 
+def _mt10_mixed_env(
+    num_envs: int, device: torch.device, max_episode_steps: int | None = None
+) -> VecEnv:
+    """Every MT10 task in one batch for PPO (row i runs task i mod 10), Meta-World's dense
+    reward, episodes that go on after success (``MetaWorldMT10``, ``reward="dense"``)."""
+    from distrl.envs.meta_world import MT10_TASKS, MetaWorldMT10
+
+    tasks = [MT10_TASKS[i % len(MT10_TASKS)] for i in range(num_envs)]
+    return MetaWorldMT10(tasks, num_envs, device, max_episode_steps, reward="dense")
+
+
 def _mt10_first_env(
     num_envs: int, device: torch.device, max_episode_steps: int | None = None
 ) -> VecEnv:
@@ -351,7 +371,37 @@ def _require_metaworld() -> None:
     if importlib.util.find_spec("metaworld") is None:
         from distrl.envs.meta_world import INSTALL_HINT
 
-        raise ValueError(f"task metaworld-mt10 needs the metaworld package: {INSTALL_HINT}")
+        raise ValueError(f"the Meta-World tasks need the metaworld package: {INSTALL_HINT}")
+
+
+_METAWORLD_PPO = Task(
+    name="metaworld-mt10-ppo",
+    description="Meta-World MT10 from scratch with multi-task PPO (needs the metaworld extra): "
+    "all ten tasks in every rank's batch, dense reward, task one-hot, PopArt per task; "
+    "play scores it on MT10's held-out goals",
+    make_env=_mt10_mixed_env,
+    # 20 envs per rank (2 per task), half an episode (500 steps) per iteration; the critic has
+    # one PopArt-normalized output per task (the last 10 observation entries are the one-hot)
+    default_config=_config(
+        "metaworld-mt10-ppo",
+        num_envs=20,
+        policy=PolicyConfig(
+            actor_hidden=(256, 256), critic_hidden=(256, 256), init_log_std=-0.5, popart_tasks=10
+        ),
+        num_steps=250,
+        num_epochs=5,
+        num_minibatches=5,
+        learning_rate=3e-4,
+        lr_schedule="adaptive",
+        gamma=0.99,
+        gae_lambda=0.95,
+        ent_coef=0.0,
+        max_iterations=100,
+    ),
+    preflight=_require_metaworld,
+    held_out_suite=EpisodicSuite(_mt10_names(), _mt10_task_env),
+)
+_BUILTINS[_METAWORLD_PPO.name] = _METAWORLD_PPO
 
 
 def _faulty_cartpole(

@@ -17,7 +17,7 @@ from distrl.config import PolicyConfig
 from distrl.envs.core import ActionSpace
 from distrl.policy import distributions as D
 from distrl.policy import networks
-from distrl.policy.normalizer import ReturnScale, RunningNorm
+from distrl.policy.normalizer import PopArt, ReturnScale, RunningNorm
 
 
 class _LinearTanh(torch.autograd.Function):
@@ -80,14 +80,17 @@ def mlp(
 
 
 def _check_shapes(
-    name: str, actor: nn.Module, critic: nn.Module, obs_dim: int, action_dim: int
+    name: str, actor: nn.Module, critic: nn.Module, obs_dim: int, action_dim: int, values: int
 ) -> None:
     """A registered network's outputs for a batch of 2 zero observations: [2, action_dim] from
-    the actor, [2, 1] from the critic; anything else is refused here, naming the shapes, rather
-    than failing deep inside the loss."""
+    the actor, [2, values] from the critic (1, or one per task with PopArt); anything else is
+    refused here, naming the shapes, rather than failing deep inside the loss."""
     x = torch.zeros(2, obs_dim)
     with torch.no_grad():
-        for role, module, want in (("actor", actor, (2, action_dim)), ("critic", critic, (2, 1))):
+        for role, module, want in (
+            ("actor", actor, (2, action_dim)),
+            ("critic", critic, (2, values)),
+        ):
             try:
                 got = tuple(module(x).shape)
             except Exception as e:
@@ -114,24 +117,51 @@ class ActorCritic(nn.Module):
         self.normalizer = RunningNorm(obs_dim, enabled=cfg.obs_normalization)
         # registered only when used, so policies without it keep their state_dict keys
         self.reward_norm = ReturnScale() if cfg.reward_normalization else None
+        self.popart = PopArt(cfg.popart_tasks) if cfg.popart_tasks else None
+        if cfg.popart_tasks > obs_dim:
+            raise ValueError(
+                f"--policy.popart-tasks {cfg.popart_tasks} is wider than the observations "
+                f"({obs_dim} entries); set it to the width of their task one-hot (MT10: 10)"
+            )
         self.actor, self.critic = networks.build(cfg, obs_dim, action_space.dim, mlp)
         if cfg.network != "mlp":
-            _check_shapes(cfg.network, self.actor, self.critic, obs_dim, action_space.dim)
+            values = max(cfg.popart_tasks, 1)
+            _check_shapes(cfg.network, self.actor, self.critic, obs_dim, action_space.dim, values)
+        if self.popart is not None:
+            self.value_head()  # refuses a critic that does not end in a [tasks]-output Linear
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((action_space.dim,), cfg.init_log_std))
             self.register_buffer("action_low", torch.tensor(action_space.low))
             self.register_buffer("action_high", torch.tensor(action_space.high))
 
+    def value_head(self) -> nn.Linear:
+        """The critic's output layer (PopArt rescales it)."""
+        linears = [m for m in self.critic.modules() if isinstance(m, nn.Linear)]
+        K = max(self.popart.num_tasks if self.popart is not None else 1, 1)
+        if not linears or linears[-1].out_features != K:
+            raise ValueError(
+                f"PopArt (--policy.popart-tasks {K}) rescales the critic's output layer, so the "
+                f"critic's last nn.Linear must have {K} outputs; this critic's "
+                + (f"has {linears[-1].out_features}" if linears else "has no nn.Linear")
+            )
+        return linears[-1]
+
+    def _values(self, out: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """V(s) [N] from the critic's output [N, 1], or [N, tasks] with PopArt (denormalized)."""
+        if self.popart is not None:
+            return self.popart.denormalize(out, obs)
+        return out.squeeze(-1)
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(s) [N] for raw observations [N, obs_dim]."""
-        return self.critic(self.normalizer(obs)).squeeze(-1)
+        return self._values(self.critic(self.normalizer(obs)), obs)
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample (actions, log_prob [N], value [N]) for raw observations. Continuous actions are
         returned unclipped (their log-prob must match); use ``env_action`` before stepping."""
         x = self.normalizer(obs)
         out = self.actor(x)
-        value = self.critic(x).squeeze(-1)
+        value = self._values(self.critic(x), obs)
         if self.discrete:
             actions, logp = D.categorical_sample(out)
         else:
@@ -154,7 +184,7 @@ class ActorCritic(nn.Module):
         """(log_prob [N], entropy [N], value [N]) of given actions under the current policy."""
         x = self.normalizer(obs)
         out = self.actor(x)
-        value = self.critic(x).squeeze(-1)
+        value = self._values(self.critic(x), obs)
         if self.discrete:
             logp, ent = D.categorical_logprob_entropy(out, actions)
         else:

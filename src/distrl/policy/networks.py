@@ -5,7 +5,8 @@ returning an ``nn.Module``:
 
   actor:  normalized observations [N, obs_dim] -> [N, action_dim]: logits (discrete actions) or
           Gaussian means (continuous; distrl adds a learned, state-independent log std)
-  critic: normalized observations [N, obs_dim] -> [N, 1]: the value V(s)
+  critic: normalized observations [N, obs_dim] -> [N, 1]: the value V(s); with PopArt
+          (--policy.popart-tasks K) [N, K], ending in an nn.Linear with K outputs
 
 ``ActorCritic`` owns everything around them: the running observation normalizer (which travels
 with the parameters), the action distribution, clipping continuous actions to the env's bounds
@@ -85,11 +86,12 @@ def build(
     mlp: Callable[[int, tuple[int, ...], int, str, float], nn.Sequential],
 ) -> tuple[nn.Module, nn.Module]:
     """(actor, critic) for ``cfg.network``; ``mlp`` builds the default (passed in by
-    ``actor_critic`` so that this module does not import it)."""
+    ``actor_critic`` so that this module does not import it). With PopArt
+    (``cfg.popart_tasks``) the critic has one output per task."""
     if cfg.network == "mlp":
         return (
             mlp(obs_dim, cfg.actor_hidden, action_dim, cfg.activation, 0.01),
-            mlp(obs_dim, cfg.critic_hidden, 1, cfg.activation, 1.0),
+            mlp(obs_dim, cfg.critic_hidden, max(cfg.popart_tasks, 1), cfg.activation, 1.0),
         )
     check_network(cfg.network)
     net = _NETWORKS[cfg.network]

@@ -126,3 +126,103 @@ class ReturnScale(RunningNorm):
 
     def forward(self, r: torch.Tensor) -> torch.Tensor:
         return (r * self.inv_std).clamp_(-self.clip, self.clip)
+
+
+class PopArt(nn.Module):
+    """Per-task value normalization that preserves outputs: PopArt (van Hasselt et al. 2016,
+    "Learning values across many orders of magnitude"), one statistic per task as in Hessel et
+    al. 2019 ("Multi-task deep RL with PopArt").
+
+    The critic has one output per task; output k predicts task k's value target normalized by
+    that task's running mean ``mu[k]`` and standard deviation ``sigma[k]``, and a sample's value
+    is its own task's output, denormalized. The task of a sample is the one-hot in the last
+    ``num_tasks`` entries of its raw observation (the MT10 envs put it there). Once per
+    iteration ``update`` moves the statistics towards the moments of that iteration's value
+    targets (summed over ranks, so every rank moves them alike) and rescales the critic's output
+    layer so that every denormalized value stays what it was; the value loss is then taken in
+    normalized units, so each task's gradient has the same scale whatever its rewards' scale.
+    The policy's advantages are divided by their task's sigma too (``scale_advantages``, with
+    the statistics of the previous iterations, before any batch normalization of advantages),
+    as Hessel et al. do, so that no task's policy gradient outweighs another's by its reward
+    scale.
+
+    The statistics are exponential moving averages of the first and second moment with weight
+    ``beta`` per iteration (the first batch of a task sets them); sigma is kept in
+    [``SIGMA_MIN``, ``SIGMA_MAX``].
+    """
+
+    SIGMA_MIN, SIGMA_MAX = 1e-4, 1e6
+
+    # Buffers registered in __init__.
+    m1: torch.Tensor
+    m2: torch.Tensor
+    seen: torch.Tensor
+    mu: torch.Tensor
+    sigma: torch.Tensor
+
+    def __init__(self, num_tasks: int, beta: float = 0.1):
+        super().__init__()
+        self.num_tasks, self.beta = num_tasks, beta
+        self.register_buffer("m1", torch.zeros(num_tasks, dtype=torch.float64))
+        self.register_buffer("m2", torch.ones(num_tasks, dtype=torch.float64))
+        self.register_buffer("seen", torch.zeros(num_tasks, dtype=torch.bool))
+        self.register_buffer("mu", torch.zeros(num_tasks))
+        self.register_buffer("sigma", torch.ones(num_tasks))
+
+    def task_of(self, obs: torch.Tensor) -> torch.Tensor:
+        """Task index [...] of raw observations [..., D]."""
+        return obs[..., -self.num_tasks :].argmax(-1)
+
+    def denormalize(self, out: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """Values [N] from the critic's outputs [N, num_tasks] (each sample its task's output)."""
+        task = self.task_of(obs)
+        v = out.gather(-1, task.unsqueeze(-1)).squeeze(-1)
+        return v * self.sigma[task] + self.mu[task]
+
+    def normalize(self, values: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """Values or targets [N] in their task's normalized units."""
+        task = self.task_of(obs)
+        return (values - self.mu[task]) / self.sigma[task]
+
+    def scale_advantages(self, advantages: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """Advantages [...] divided by their task's sigma (raw observations [..., D])."""
+        return advantages / self.sigma[self.task_of(obs)]
+
+    def moments(self, targets: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """[count per task, sum per task, sum of squares per task] (float64 [3 * num_tasks]) of
+        the value targets [...] with their raw observations [..., D]; summed over ranks they
+        give the global batch's. Refuses observations whose last entries are not a one-hot."""
+        onehot = obs[..., -self.num_tasks :].reshape(-1, self.num_tasks).to(torch.float64)
+        ok = ((onehot == 0) | (onehot == 1)).all() and bool((onehot.sum(-1) == 1).all())
+        if not ok:
+            raise ValueError(
+                f"--policy.popart-tasks {self.num_tasks}: the last {self.num_tasks} entries of "
+                f"every observation must be a one-hot task id, and some are not; set it to the "
+                f"width of the env's task one-hot (MT10: 10), or 0 to turn PopArt off"
+            )
+        x = targets.reshape(-1, 1).to(torch.float64)
+        return torch.cat([onehot.sum(0), (onehot * x).sum(0), (onehot * x * x).sum(0)])
+
+    @torch.no_grad()
+    def update(self, summed: torch.Tensor, head: nn.Linear) -> None:
+        """Move the statistics towards the global moments ``summed`` (from ``moments``, summed
+        over ranks) and rescale ``head`` (the critic's output layer, [num_tasks] outputs) so
+        that the denormalized values are unchanged. Tasks without samples keep theirs."""
+        K = self.num_tasks
+        count, s1, s2 = summed[:K], summed[K : 2 * K], summed[2 * K :]
+        has = count > 0
+        n = count.clamp_min(1.0)
+        weight = torch.where(self.seen, torch.full_like(n, self.beta), torch.ones_like(n))
+        weight = torch.where(has, weight, torch.zeros_like(n))
+        m1 = (1 - weight) * self.m1 + weight * (s1 / n)
+        m2 = (1 - weight) * self.m2 + weight * (s2 / n)
+        sigma = (m2 - m1 * m1).clamp_min(0.0).sqrt().clamp(self.SIGMA_MIN, self.SIGMA_MAX)
+        old_mu, old_sigma = self.mu.to(torch.float64), self.sigma.to(torch.float64)
+        w64, b64 = head.weight.to(torch.float64), head.bias.to(torch.float64)
+        head.weight.copy_(w64 * (old_sigma / sigma).unsqueeze(-1))
+        head.bias.copy_((old_sigma * b64 + old_mu - m1) / sigma)
+        self.m1.copy_(m1)
+        self.m2.copy_(m2)
+        self.seen |= has
+        self.mu.copy_(m1)
+        self.sigma.copy_(sigma)

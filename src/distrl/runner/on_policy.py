@@ -118,6 +118,8 @@ class OnPolicyRunner(Runner):
         sums = {"batch": (7,), "obs": (obs,)}
         if self.policy.reward_norm is not None:
             sums["ret"] = (3,)
+        if self.policy.popart is not None:
+            sums["popart"] = (3 * self.policy.popart.num_tasks,)
         gather = {"rollout_time": (1,), "episodes": (WINDOW, 3)}
         return StatsLayout(tuple(sums.items()), tuple(gather.items()))
 
@@ -129,14 +131,21 @@ class OnPolicyRunner(Runner):
         c = self.rollouts
         buf = c.buffer
         self.learner.advantages(buf, c.obs)
+        popart = self.policy.popart
+        if popart is not None:  # each task's advantages in its own units (previous statistics)
+            buf.advantages = popart.scale_advantages(buf.advantages, buf.obs)
         rollout_time = torch.tensor([c.last_rollout_time], dtype=torch.float64)
         sums = {"batch": PPO.batch_sums(buf), "obs": c.obs_moments()}
         if self.policy.reward_norm is not None:  # (learner-actor: the actors' moments, summed)
             sums["ret"] = c.return_moments()
+        if popart is not None:  # the value targets' moments per task
+            sums["popart"] = popart.moments(buf.returns, buf.obs)
         agreed = self.strategy.reduce_stats(
             sums=sums,
             gather={"rollout_time": rollout_time, "episodes": c.episode_window(self.iteration)},
         )
+        if popart is not None:  # before the update: it trains on targets normalized by these
+            popart.update(agreed.sums["popart"], self.policy.value_head())
         metrics = self.learner.update(buf, agreed.sums["batch"], self.strategy)
         self.merge_moments(agreed.sums["obs"], agreed.sums.get("ret"))
         metrics |= episode_summary(agreed.gathered["rollout_time"], agreed.gathered["episodes"])

@@ -34,7 +34,7 @@ train: setup
 	$(BIN)/distrl train $(TASK) --nproc $(NPROC) $(ARGS)
 
 test: setup
-	$(BIN)/pytest -q $(ARGS)
+	$(BIN)/pytest -q --durations=20 $(ARGS)
 
 test-fast: setup
 	$(BIN)/pytest -q -m "not slow" $(ARGS)

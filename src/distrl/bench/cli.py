@@ -13,6 +13,7 @@ from distrl.bench.cluster import ClusterArgs, cluster
 from distrl.bench.comm import CommArgs, comm
 from distrl.bench.finetune import FinetuneArgs, finetune
 from distrl.bench.learn import LearnArgs, learn
+from distrl.bench.meta_world import MetaWorldArgs, metaworld
 from distrl.bench.project import ProjectArgs, project_cmd
 from distrl.bench.roofline import RooflineArgs, roofline
 from distrl.bench.scaling import ScalingArgs, scaling
@@ -24,6 +25,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
 
   throughput   env-steps/s: rollout only, and whole iterations (rsl_rl's CartPole setup)
   solve        training wall time to a target return, median over seeds
+  metaworld    Meta-World env-steps/s per process: distrl's MetaWorldMT10 vs SyncVectorEnv
   finetune     demos -> behaviour cloning -> RLOO fine-tuning on a suite, held-out success
   scaling      FPS, speedup, efficiency and time breakdown over world sizes (torchrun)
   learn        time-to-target and learning curves per world size
@@ -40,6 +42,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "throughput": (ThroughputArgs, throughput),
     "solve": (SolveArgs, solve),
     "finetune": (FinetuneArgs, finetune),
+    "metaworld": (MetaWorldArgs, metaworld),
     "scaling": (ScalingArgs, scaling),
     "learn": (LearnArgs, learn),
     "comm": (CommArgs, comm),

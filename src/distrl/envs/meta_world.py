@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import struct
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -97,6 +98,78 @@ _QUAT_SOURCES: dict[str, tuple[str, str]] = {
     "peg-insert-side-v3": ("site", "pegGrasp"),
 }
 
+# What each MT10 task's ``_get_pos_objects`` returns: the xpos row of a body, site or geom
+# (``get_body_com``, ``_get_site_pos``, ``data.geom(name).xpos``), plus a constant offset where
+# the task adds ``np.array(offset)`` (all three components, zeros included: -0.0 + 0.0 is +0.0).
+_POS_SOURCES: dict[str, tuple[str, str, tuple[float, float, float] | None]] = {
+    "reach-v3": ("body", "obj", None),
+    "push-v3": ("body", "obj", None),
+    "pick-place-v3": ("body", "obj", None),
+    "door-open-v3": ("geom", "handle", None),
+    "drawer-open-v3": ("body", "drawer_link", (0.0, -0.16, 0.0)),
+    "drawer-close-v3": ("body", "drawer_link", (0.0, -0.16, 0.05)),
+    "button-press-topdown-v3": ("body", "button", (0.0, 0.0, 0.193)),
+    "peg-insert-side-v3": ("site", "pegGrasp", None),
+    "window-open-v3": ("site", "handleOpenStart", None),
+    "window-close-v3": ("site", "handleCloseStart", None),
+}
+# The MT10 tasks whose ``_get_quat_objects`` is ``np.zeros(4)``.
+_ZERO_QUAT_TASKS = frozenset({"drawer-close-v3", "window-open-v3", "window-close-v3"})
+
+# reward_utils._sigmoids' scales for value_at_1=0.1 (what every MT10 reward uses), computed by
+# the same numpy expressions: long_tail sqrt(1/0.1 - 1) (3.0), gaussian sqrt(-2 log 0.1).
+_LONG_TAIL_SCALE = float(np.sqrt(1 / 0.1 - 1))
+_GAUSSIAN_SCALE = float(np.sqrt(-2 * np.log(0.1)))
+_FLOAT32X3 = struct.Struct("=3f")  # packs by a C cast to float: float32's round to nearest
+
+
+def _clip(x: float, lo: float, hi: float) -> float:
+    """numpy's float clip, ``Min(Max(x, lo), hi)`` with ``Max(a, b) = a if isnan(a) or a > b
+    else b`` (and Min alike): a tie returns the bound, NaN stays NaN."""
+    t = lo if lo >= x else x
+    return hi if hi <= t else t
+
+
+@functools.cache
+def _dot_is_sequential() -> bool:
+    """Whether this process's numpy computes ``v.dot(v)`` of a float64 3-vector as
+    ``((0.0 + v0 * v0) + v1 * v1) + v2 * v2`` with each product rounded. It goes to OpenBLAS's
+    ddot, whose loop for n < 16 is that sum; whether the compiler fused it into FMAs depends on
+    the kernel picked for the CPU (DYNAMIC_ARCH), so it is checked, once, on 4096 random vectors
+    (fused products, or another order, differ on a large share of them)."""
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((4096, 3)) * 10.0 ** rng.uniform(-4, 1, (4096, 1))
+    want = np.array([v.dot(v) for v in vectors])
+    got = np.array([((0.0 + a * a) + b * b) + c * c for a, b, c in vectors.tolist()])
+    return bool(np.array_equal(want.view(np.int64), got.view(np.int64)))
+
+
+def _squared_norms(rows: Sequence[Sequence[float]]) -> list[float]:
+    """``v.dot(v)`` of each float64 3-vector (``np.linalg.norm(v)`` is ``sqrt(v.dot(v))``, and
+    numpy's sqrt, like math.sqrt, is correctly rounded): in Python where numpy's dot is that
+    sequential sum (_dot_is_sequential), else by np.vecdot, which runs numpy's DOUBLE_dot per
+    row, the very function ``ndarray.dot`` of two vectors calls."""
+    if _dot_is_sequential():
+        return [((0.0 + a * a) + b * b) + c * c for a, b, c in rows]
+    array = np.array(rows, dtype=np.float64)
+    sq: list[float] = np.vecdot(array, array).tolist()
+    return sq
+
+
+def _tolerance(x: float, upper: float, margin: float, gaussian: bool) -> float:
+    """``reward_utils.tolerance(x, bounds=(0, upper), margin, sigmoid)`` (value_at_margin 0.1,
+    long_tail or gaussian) for a float ``x`` and ``upper``, ``margin`` >= 0 (or NaN), as the
+    original computes it on 0-d arrays: the same comparisons, the same float64 arithmetic
+    (``** 2`` is C pow for numpy float64 scalars and Python floats alike), numpy's exp."""
+    if 0 <= x <= upper:
+        return 1.0
+    if margin == 0:
+        return 0.0
+    d = (0 - x if x < 0 else x - upper) / margin
+    if gaussian:
+        return float(np.exp(-0.5 * (d * _GAUSSIAN_SCALE) ** 2))
+    return 1 / ((d * _LONG_TAIL_SCALE) ** 2 + 1)
+
 
 def _scipy_quat_from_matrix(xmat: np.ndarray) -> np.ndarray:
     """``Rotation.from_matrix(xmat.reshape(3, 3)).as_quat()`` (scipy 1.17, Cython backend) for
@@ -163,6 +236,9 @@ class _ExactFastPaths:
     data: Any
     model: Any
     _quat_source: tuple[str, str] | None = None
+    _pos_source: tuple[str, str, tuple[float, float, float] | None] | None = None
+    _zero_quat: bool = False
+    _fast_reward: Any = None  # (env, obs, pos, obs_array, action) -> (reward, info), per task
     _set_task_called: bool
     _did_see_sim_exception: bool
     _partially_observable: bool
@@ -185,6 +261,9 @@ class _ExactFastPaths:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._ids: dict[tuple[str, str], int] = {}
+        self._views: tuple[Any, ...] | None = None
+        self._tcp_views: tuple[np.ndarray, int, int] | None = None
+        self._obs_bounds: tuple[Any, list[tuple[int, float, float]]] | None = None
         super().__init__(*args, **kwargs)
 
     def _id(self, kind: str, name: str) -> int:
@@ -220,13 +299,148 @@ class _ExactFastPaths:
         return center
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, Any, bool, bool, dict[str, Any]]:
-        # SawyerXYZEnv.step, minus per-call overhead: np.clip's dispatch wrappers (ndarray.clip
-        # runs the same ufunc) and do_simulation's ctrl shape check (nu is 2 in every task).
+        # SawyerXYZEnv.step on Python floats: each value of the original's small arrays computed
+        # by the same IEEE operation in the same order (in float32 where the original's is),
+        # numpy's clip semantics (_clip), its dot's sums for the norms (_squared_norms). Minus
+        # per-call overhead: np.clip/np.hstack wrappers, do_simulation's ctrl shape check (nu is
+        # 2), and the write of each target site's xpos before mj_forward, whose mj_kinematics
+        # recomputes every site_xpos from the model (the goal site's model pos is set at reset),
+        # so the write never reaches a result.
         if not self._set_task_called:
             raise RuntimeError("You must call env.set_task before using env.step")
         if self._did_see_sim_exception:  # never set by Meta-World 3.1.1; keep its handling
             return super().step(action)  # type: ignore[misc]
         assert len(action) == 4, f"Actions should be size 4, got {len(action)}"
+        views = self._views
+        if views is None or views[0] is not self.data:
+            views = self._make_views()
+        scale = self.action_scale
+        if (
+            views[1] is None
+            or type(action) is not np.ndarray
+            or action.ndim != 1
+            or action.dtype.char not in ("f", "d")
+            or type(scale) is not float
+        ):
+            return self._step_arrays(action)
+        (data, model, mj, xpos, mocap_pos, mocap_quat, ctrl, hand, right, left, obj, quat) = views
+        # set_xyz_action: np.clip(action[:3], -1, 1) * action_scale, in float32 for a float32
+        # action (NEP 50 casts the Python float to float32): the double product of two float32
+        # values is exact, so rounding it to float32 gives numpy's product.
+        x, y, z, grip = action.tolist()
+        x, y, z = _clip(x, -1.0, 1.0), _clip(y, -1.0, 1.0), _clip(z, -1.0, 1.0)
+        if action.dtype.char == "f":
+            (s,) = struct.unpack("=f", struct.pack("=f", scale))
+            x, y, z = _FLOAT32X3.unpack(_FLOAT32X3.pack(x * s, y * s, z * s))
+        else:
+            x, y, z = x * scale, y * scale, z * scale
+        m0, m1, m2 = mocap_pos[0].tolist()
+        lo0, lo1, lo2 = self.mocap_low.tolist()
+        hi0, hi1, hi2 = self.mocap_high.tolist()
+        mocap_pos[0] = (_clip(m0 + x, lo0, hi0), _clip(m1 + y, lo1, hi1), _clip(m2 + z, lo2, hi2))
+        mocap_quat[0] = (1.0, 0.0, 1.0, 0.0)
+        if self.curr_path_length >= self.max_path_length:
+            raise ValueError("You must reset the env manually once truncate==True")
+        ctrl[0] = grip  # ctrl[:] = [action[-1], -action[-1]]: float32 negation is exact
+        ctrl[1] = -grip
+        mj.mj_step(model, data, self.frame_skip)
+        mj.mj_rnePostConstraint(model, data)
+        self.curr_path_length += 1
+        mj.mj_forward(model, data)
+        # _get_obs: hand xyz, gripper opening, object pos and quat padded to 14, the previous
+        # ones, goal; then np.clip to the observation space, whose infinite bounds leave a value
+        # as it is (NaN included), so only the finite ones are applied.
+        r0, r1, r2 = xpos[right].tolist()
+        l0, l1, l2 = xpos[left].tolist()
+        (apart,) = _squared_norms(((r0 - l0, r1 - l1, r2 - l2),))
+        rows, row, offset = obj
+        pos = rows[row].tolist()
+        if offset is not None:
+            pos = [pos[0] + offset[0], pos[1] + offset[1], pos[2] + offset[2]]
+        curr = xpos[hand].tolist()
+        curr.append(_clip(math.sqrt(apart) / 0.1, 0.0, 1.0))
+        curr += pos
+        curr += [0.0, 0.0, 0.0, 0.0] if quat is None else quat(self)
+        curr += (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        pos_goal = self._get_pos_goal()
+        goal = [0.0, 0.0, 0.0] if self._partially_observable else pos_goal.tolist()
+        obs = curr + self._prev_obs.tolist() + goal
+        space = self.sawyer_observation_space
+        bounds = self._obs_bounds
+        if bounds is None or bounds[0] is not space:
+            bounds = self._obs_bounds = self._finite_bounds(space)
+        for i, lo, hi in bounds[1]:
+            v = obs[i]
+            v = lo if lo >= v else v
+            obs[i] = hi if hi <= v else v
+        obs_array = np.array(obs, dtype=np.float64)
+        self._prev_obs = np.array(curr, dtype=np.float64)
+        self._last_stable_obs = obs_array
+        if self._fast_reward is None:
+            reward, info = self.evaluate_state(obs_array, action)
+        else:
+            reward, info = self._fast_reward(obs, pos, obs_array, action)
+        truncate = self.curr_path_length == self.max_path_length
+        return obs_array.copy(), reward, False, truncate, info
+
+    def _make_views(self) -> tuple[Any, ...]:
+        """What ``step`` reads and writes: views into this ``data`` (fixed for its life), ids;
+        ``views[1]`` is None where the scalar step does not apply."""
+        data, model = self.data, self.model
+        plain = (
+            self._pos_source is not None
+            and getattr(self, "_obs_obj_max_len", None) == 14
+            and model.nmocap == 1
+            and model.nu == 2
+            and type(self)._step_mujoco_simulation is _mujoco_env_class()._step_mujoco_simulation
+        )
+        if not plain:
+            self._views = (data, None)
+            return self._views
+        assert self._pos_source is not None
+        kind, name, offset = self._pos_source
+        rows = {"body": data.xpos, "site": data.site_xpos, "geom": data.geom_xpos}[kind]
+        quat = None if self._zero_quat else _quat_list_reader(self._quat_source, self)
+        self._views = (
+            data,
+            model,
+            _mujoco(),
+            data.xpos,
+            data.mocap_pos,
+            data.mocap_quat,
+            data.ctrl,
+            self._id("body", "hand"),
+            self._id("body", "rightclaw"),
+            self._id("body", "leftclaw"),
+            (rows, self._id(kind, name), offset),
+            quat,
+        )
+        self._tcp_views = (
+            data.site_xpos,
+            self._id("site", "rightEndEffector"),
+            self._id("site", "leftEndEffector"),
+        )
+        return self._views
+
+    def _tcp_center_list(self) -> list[float]:
+        # tcp_center, (right + left) / 2.0, as floats
+        site_xpos, right, left = self._tcp_views  # type: ignore[misc]
+        r0, r1, r2 = site_xpos[right].tolist()
+        l0, l1, l2 = site_xpos[left].tolist()
+        return [(r0 + l0) / 2.0, (r1 + l1) / 2.0, (r2 + l2) / 2.0]
+
+    @staticmethod
+    def _finite_bounds(space: Any) -> tuple[Any, list[tuple[int, float, float]]]:
+        low, high = space.low.tolist(), space.high.tolist()
+        finite = [
+            (i, lo, hi)
+            for i, (lo, hi) in enumerate(zip(low, high, strict=True))
+            if not (lo == -math.inf and hi == math.inf)
+        ]
+        return space, finite
+
+    def _step_arrays(self, action: Any) -> tuple[np.ndarray, Any, bool, bool, dict[str, Any]]:
+        # SawyerXYZEnv.step on arrays, for actions other than 1-D float32/float64 arrays.
         self.set_xyz_action(action[:3])
         if self.curr_path_length >= self.max_path_length:
             raise ValueError("You must reset the env manually once truncate==True")
@@ -304,10 +518,32 @@ class _ExactFastPaths:
         return obs
 
 
+@functools.cache
 def _mujoco() -> Any:
     import mujoco
 
     return mujoco
+
+
+@functools.cache
+def _mujoco_env_class() -> Any:
+    from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
+
+    return MujocoEnv
+
+
+def _quat_list_reader(source: tuple[str, str] | None, env: Any) -> Any:
+    """A function of the env giving ``_get_quat_objects().tolist()``: from a view of the
+    quaternion source's row, or by the task's own method where it has none."""
+    if source is None:
+        return lambda e: e._get_quat_objects().tolist()
+    kind, name = source
+    i = env._id(kind, name)
+    if kind == "body":
+        xquat = env.data.xquat
+        return lambda e: xquat[i].tolist()
+    xmat = getattr(env.data, kind + "_xmat")
+    return lambda e: _scipy_quat_from_matrix(xmat[i]).tolist()
 
 
 @functools.cache
@@ -348,6 +584,166 @@ def _fast_reward_utils() -> Any:
     return types.SimpleNamespace(**{**vars(reward_utils), "tolerance": tolerance})
 
 
+# --- Exact fast rewards ----------------------------------------------------------------------
+# ``compute_reward`` + ``evaluate_state`` (reward_function_version "v2") of the drawer and window
+# tasks on Python floats: each array element and 0-d value computed by the same IEEE operation in
+# the same order, every norm's sum of squares as numpy's dot sums it (_squared_norms), the norm of
+# a scalar as sqrt(x * x) (a one-element dot: 0.0 + x * x, fused or not), tolerance by _tolerance,
+# hamacher_product by reward_utils itself; values keep the original's types. ``obs`` is the
+# clipped observation as a list, ``pos`` the unclipped ``_get_pos_objects()``. Anything else
+# (another reward version, arrays that are not float64 3-vectors) goes to ``evaluate_state``.
+
+
+def _float64_vectors(*arrays: Any) -> bool:
+    for a in arrays:
+        if type(a) is not np.ndarray or a.dtype.char != "d" or a.shape != (3,):
+            return False
+    return True
+
+
+def _drawer_open_reward(
+    env: Any, obs: list[float], pos: list[float], obs_array: np.ndarray, action: Any
+) -> tuple[Any, dict[str, Any]]:
+    target, init_tcp = env._target_pos, env.init_tcp
+    if env.reward_function_version != "v2" or not _float64_vectors(target, init_tcp):
+        return env.evaluate_state(obs_array, action)
+    g0, g1, g2 = obs[0:3]  # gripper = obs[:3]
+    h0, h1, h2 = obs[4:7]  # handle = obs[4:7]
+    t0, t1, t2 = target.tolist()
+    c0, c1, c2 = init_tcp.tolist()
+    max_dist = env.maxDist
+    p0, p1, p2 = t0 + 0.0, t1 + max_dist, t2 + 0.0  # target + np.array([0.0, maxDist, 0.0])
+    sq = _squared_norms(
+        (
+            (h0 - t0, h1 - t1, h2 - t2),  # handle - target
+            ((h0 - g0) * 3.0, (h1 - g1) * 3.0, (h2 - g2) * 1.0),  # (handle - gripper) * scale
+            ((p0 - c0) * 3.0, (p1 - c1) * 3.0, (p2 - c2) * 1.0),  # (pos_init - init_tcp) * scale
+            (h0 - g0, h1 - g1, h2 - g2),  # handle - gripper
+        )
+    )
+    handle_error = math.sqrt(sq[0])
+    reward_for_opening = _tolerance(handle_error, 0.02, max_dist, gaussian=False)
+    reward_for_caging = _tolerance(math.sqrt(sq[1]), 0.01, math.sqrt(sq[2]), gaussian=False)
+    reward = reward_for_caging + reward_for_opening
+    reward *= 5.0
+    info = {
+        "success": float(handle_error <= 0.03),
+        "near_object": float(math.sqrt(sq[3]) <= 0.03),
+        "grasp_success": float(obs[3] > 0),
+        "grasp_reward": reward_for_caging,
+        "in_place_reward": reward_for_opening,
+        "obj_to_target": handle_error,
+        "unscaled_reward": reward,
+    }
+    return reward, info
+
+
+def _drawer_close_reward(
+    env: Any, obs: list[float], pos: list[float], obs_array: np.ndarray, action: Any
+) -> tuple[Any, dict[str, Any]]:
+    target, init_tcp, obj_init = env._target_pos, env.init_tcp, env.obj_init_pos
+    if env.reward_function_version != "v2" or not _float64_vectors(target, init_tcp, obj_init):
+        return env.evaluate_state(obs_array, action)
+    hamacher_product = _fast_reward_utils().hamacher_product
+    o0, o1, o2 = obs[4:7]  # obj = obs[4:7]
+    t0, t1, t2 = target.tolist()
+    c0, c1, c2 = init_tcp.tolist()
+    i0, i1, i2 = obj_init.tolist()
+    tcp0, tcp1, tcp2 = env._tcp_center_list()
+    sq = _squared_norms(
+        (
+            (o0 - t0, o1 - t1, o2 - t2),  # obj - target
+            (i0 - t0, i1 - t1, i2 - t2),  # obj_init_pos - target
+            (o0 - tcp0, o1 - tcp1, o2 - tcp2),  # obj - tcp
+            (i0 - c0, i1 - c1, i2 - c2),  # obj_init_pos - init_tcp
+        )
+    )
+    radius = env.TARGET_RADIUS
+    target_to_obj = math.sqrt(sq[0])  # a numpy float64 in the original (obj_to_target below)
+    in_place = _tolerance(target_to_obj, radius, abs(math.sqrt(sq[1]) - radius), gaussian=False)
+    tcp_to_obj = math.sqrt(sq[2])
+    reach = _tolerance(tcp_to_obj, 0.005, abs(math.sqrt(sq[3]) - 0.005), gaussian=True)
+    gripper_closed = min(max(0, action[-1]), 1)  # the original's expression and types
+    reach = hamacher_product(reach, gripper_closed)
+    reward = hamacher_product(reach, in_place)
+    if target_to_obj <= radius + 0.015:
+        reward = 1.0
+    reward *= 10
+    info = {
+        "success": float(target_to_obj <= radius + 0.015),
+        "near_object": float(tcp_to_obj <= 0.01),
+        "grasp_success": 1.0,
+        "grasp_reward": reach,
+        "in_place_reward": in_place,
+        "obj_to_target": np.float64(target_to_obj),
+        "unscaled_reward": reward,
+    }
+    return reward, info
+
+
+def _window_reward(
+    env: Any, obs: list[float], pos: list[float], obs_array: np.ndarray, action: Any, opens: bool
+) -> tuple[Any, dict[str, Any]]:
+    # window-open and window-close differ in the initial distance along x (from obj_init_pos,
+    # from window_handle_pos_init) and the reach sigmoid (long_tail, gaussian).
+    target, init_tcp = env._target_pos, env.init_tcp
+    obj_init, handle_init = env.obj_init_pos, env.window_handle_pos_init
+    if env.reward_function_version != "v2" or not _float64_vectors(
+        target, init_tcp, obj_init, handle_init
+    ):
+        return env.evaluate_state(obs_array, action)
+    o0, o1, o2 = pos  # obj = self._get_pos_objects()
+    t0, t1, t2 = target.tolist()
+    c0, c1, c2 = init_tcp.tolist()
+    h0, h1, h2 = handle_init.tolist()
+    tcp0, tcp1, tcp2 = env._tcp_center_list()
+    sq = _squared_norms(
+        (
+            (o0 - tcp0, o1 - tcp1, o2 - tcp2),  # obj - tcp
+            (h0 - c0, h1 - c1, h2 - c2),  # window_handle_pos_init - init_tcp
+        )
+    )
+    radius = env.TARGET_RADIUS
+    x = o0 - t0  # obj[0] - target[0], its norm sqrt(x * x)
+    target_to_obj = math.sqrt(x * x)
+    x = (obj_init.tolist()[0] if opens else h0) - t0
+    target_to_obj_init = math.sqrt(x * x)
+    in_place = _tolerance(target_to_obj, radius, abs(target_to_obj_init - radius), gaussian=False)
+    tcp_to_obj = math.sqrt(sq[0])
+    reach = _tolerance(tcp_to_obj, 0.02, abs(math.sqrt(sq[1]) - 0.02), gaussian=not opens)
+    reward = 10 * _fast_reward_utils().hamacher_product(reach, in_place)
+    info = {
+        "success": float(target_to_obj <= radius),
+        "near_object": float(tcp_to_obj <= 0.05),
+        "grasp_success": 1.0,
+        "grasp_reward": reach,
+        "in_place_reward": in_place,
+        "obj_to_target": target_to_obj,
+        "unscaled_reward": reward,
+    }
+    return reward, info
+
+
+def _window_open_reward(
+    env: Any, obs: list[float], pos: list[float], obs_array: np.ndarray, action: Any
+) -> tuple[Any, dict[str, Any]]:
+    return _window_reward(env, obs, pos, obs_array, action, opens=True)
+
+
+def _window_close_reward(
+    env: Any, obs: list[float], pos: list[float], obs_array: np.ndarray, action: Any
+) -> tuple[Any, dict[str, Any]]:
+    return _window_reward(env, obs, pos, obs_array, action, opens=False)
+
+
+_FAST_REWARDS: dict[str, Any] = {
+    "drawer-open-v3": _drawer_open_reward,
+    "drawer-close-v3": _drawer_close_reward,
+    "window-open-v3": _window_open_reward,
+    "window-close-v3": _window_close_reward,
+}
+
+
 @functools.cache
 def _fast_env_class(task: str, env_cls: type) -> type:
     """``env_cls`` with ``_ExactFastPaths`` mixed in (one class per task), and its methods that
@@ -356,6 +752,9 @@ def _fast_env_class(task: str, env_cls: type) -> type:
     means the new class (door's ``compute_reward`` calls ``SawyerDoorEnvV3._reward_pos``)."""
     namespace: dict[str, Any] = {
         "_quat_source": _QUAT_SOURCES.get(task),
+        "_pos_source": _POS_SOURCES.get(task),
+        "_zero_quat": task in _ZERO_QUAT_TASKS,
+        "_fast_reward": _FAST_REWARDS.get(task),
         "__module__": __name__,
     }
     scopes: dict[int, dict[str, Any]] = {}  # a copy of each defining module's globals
@@ -445,7 +844,8 @@ class MetaWorldMT10(EpisodicVecEnv):
             self.elapsed[row] = 0
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(array.copy()).to(self.device)
+        tensor = torch.from_numpy(array.copy())
+        return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
     def _random_variants(self, n: int) -> list[int]:
         return torch.randint(self.num_init_states, (n,), generator=self.generator).tolist()
@@ -465,20 +865,25 @@ class MetaWorldMT10(EpisodicVecEnv):
         self, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         acts = actions.detach().to("cpu", torch.float32).clamp(-1.0, 1.0).numpy()
-        N = self.num_envs
-        reward = np.zeros(N, dtype=np.float32)
-        success = np.zeros(N, dtype=bool)
-        for row, env in enumerate(self.envs):
-            obs, dense, _, _, info = env.step(acts[row])
-            self._obs[row, :STATE_DIM] = obs
-            success[row] = info["success"] > 0.5
-            reward[row] = dense if self.reward_mode == "dense" else float(success[row])
+        dense_mode = self.reward_mode == "dense"
+        rows, rewards, successes = [], [], []
+        for env, act in zip(self.envs, acts, strict=True):
+            obs, dense, _, _, info = env.step(act)
+            rows.append(obs)
+            succeeded = info["success"] > 0.5
+            successes.append(succeeded)
+            rewards.append(dense if dense_mode else float(succeeded))
+        # One cast of all rows (float64 to float32, element by element as a row's would be).
+        self._obs[:, :STATE_DIM] = rows
+        reward = np.array(rewards, dtype=np.float32)
+        success = np.array(successes, dtype=bool)
         self.elapsed += 1
         truncated = self.elapsed >= self.max_episode_steps
         final_obs = self._tensor(self._obs)
         terminated = success if self.reward_mode == "success" else np.zeros_like(success)
         done = (terminated | truncated).nonzero()[0]
-        self._start(done, self._random_variants(len(done)))
+        if len(done):  # (drawing no variant leaves the generator as it is)
+            self._start(done, self._random_variants(len(done)))
         info = {"final_obs": final_obs, "success": self._tensor(success)}
         return (
             self._tensor(self._obs),

@@ -226,6 +226,9 @@ class MultiTaskConfig:
     """K: rollouts per init state, one RLOO group (leave-one-out baseline over K - 1)."""
     drop_uniform: bool = True
     """Dynamic sampling: drop the groups whose K rewards are all equal (counted, not trained)."""
+    episode_weight: Literal["steps", "equal"] = "steps"
+    """How the loss weighs a kept episode: by its valid steps (the mean over steps), or every
+    episode the same (each step's advantage times mean kept length / its episode's length)."""
     balance: Literal["episodes", "tasks"] = "episodes"
     """Gradient weights: every kept episode counts the same, or every task trained this
     iteration counts the same (ranks sharing a task split its share by their episodes)."""

@@ -123,3 +123,22 @@ def test_policy_loss_with_no_valid_step_is_a_connected_zero() -> None:
     assert float(s["valid_steps"]) == 0
     loss.backward()
     assert torch.equal(new_logp.grad, torch.zeros(2, 3, dtype=F64))
+
+
+def test_equal_episodes_gives_each_kept_episode_the_same_total_weight() -> None:
+    # groups: [1, 0] (lengths 2, 6) kept; [1, 1] dropped. Kept mean length 4: the success's
+    # steps carry 1 * 4/2, the failure's -1 * 4/6; each episode's steps sum to +-4 (not 2 vs
+    # -6 as with the mean over steps), and the kept steps' mean |weight| stays 1.
+    lengths = torch.tensor([2, 6, 3, 1])
+    out = rloo_advantages(t(1, 0, 1, 1), lengths, 6, 2, drop_uniform=True, equal_episodes=True)
+    per_episode = out.advantages.sum(dim=1)
+    torch.testing.assert_close(per_episode, t(4, -4, 0, 0))
+    assert out.mask.sum() == 8
+    torch.testing.assert_close(out.advantages[out.mask].abs().mean(), t(1)[0])
+    torch.testing.assert_close(out.episode_advantages, t(1, -1, 0, 0))
+    plain = rloo_advantages(t(1, 0, 1, 1), lengths, 6, 2, drop_uniform=True)
+    torch.testing.assert_close(plain.advantages.sum(dim=1), t(2, -6, 0, 0))
+    assert out.mask.tolist() == plain.mask.tolist()
+    # every group dropped: nothing kept, nothing scaled (no division by an empty mean)
+    none = rloo_advantages(t(1, 1), torch.tensor([2, 3]), 3, 2, True, equal_episodes=True)
+    assert float(none.advantages.abs().sum()) == 0.0 and not none.mask.any()

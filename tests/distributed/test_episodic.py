@@ -153,3 +153,22 @@ def test_cli_trains_reach10_on_two_ranks(tmp_path: Path) -> None:
     assert {"task/reach-east/success", "task/reach-west/episodes"} <= set(first)
     assert first["episodes"] == 16
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "metrics.jsonl"]
+
+
+@pytest.mark.parametrize("weight", ["steps", "equal"])
+def test_episode_weight_reaches_the_advantages(monkeypatch, weight: str) -> None:
+    """--multitask.episode-weight decides how the runner spreads each episode's advantage over
+    its steps: what the update trains on is rloo_advantages(..., equal_episodes=...) itself."""
+    import distrl.runner.episodic as episodic
+
+    calls: list[bool] = []
+    original = episodic.rloo_advantages
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append(kwargs["equal_episodes"])
+        return out
+
+    monkeypatch.setattr(episodic, "rloo_advantages", spy)
+    episodic_run(0, 1, 2, 2, {"episode_weight": weight})
+    assert calls == [weight == "equal"] * 2

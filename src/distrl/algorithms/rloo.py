@@ -11,6 +11,15 @@ and every valid step of episode ``i`` gets ``A_i`` (steps past its length are ma
 Dynamic sampling (RIPT section 3.3) drops the groups whose ``K`` rewards are all equal: their
 advantages are all zero, so they only dilute the batch.
 
+The loss is a mean over valid steps, so an episode weighs by its length. Where success ends an
+episode, a failure (the full horizon) then outweighs a success several times over, and most of
+the update pushes away from failures' actions rather than towards the successes'. With
+``equal_episodes`` each step's advantage is scaled by ``mean kept length / its episode's
+length``: every kept episode then carries the same total weight, and the kept steps' mean
+weight stays 1 (PPO-Clip's objective is linear in a positive scale of ``A``, so this is exactly
+a per-episode weighting; cf. the length bias discussed for GRPO by Liu et al. 2025,
+"Understanding R1-Zero-Like Training").
+
 The policy loss is PPO-Clip's ``pg_loss`` over the valid steps (masked mean), computed by
 ``algorithms.ppo.ppo_loss`` itself so both objectives share one clip formula; RLOO has no critic,
 so the value term is switched off (``vf_coef = 0``).
@@ -68,12 +77,15 @@ def rloo_advantages(
     max_steps: int,
     group_size: int,
     drop_uniform: bool = False,
+    equal_episodes: bool = False,
 ) -> EpisodeAdvantages:
     """RLOO advantages spread over each episode's steps.
 
     rewards: [E] per-episode reward (success flag or return); lengths: [E] steps per episode
     (1..max_steps). With ``drop_uniform`` the groups whose K rewards are all equal are masked
-    out and counted in ``num_dropped_groups`` (one host sync for the count).
+    out and counted in ``num_dropped_groups`` (one host sync for the count). With
+    ``equal_episodes`` episode e's steps carry ``A_e * mean_kept_length / length_e`` (see the
+    module doc); ``episode_advantages`` stays ``A_e``.
     """
     adv = episode_advantages(rewards, group_size)
     if drop_uniform:
@@ -84,7 +96,12 @@ def rloo_advantages(
         kept = torch.ones_like(rewards, dtype=torch.bool)
         num_dropped = 0
     mask = step_mask(lengths, max_steps) & kept.unsqueeze(1)
-    steps = torch.where(mask, adv.unsqueeze(1), torch.zeros((), dtype=adv.dtype, device=adv.device))
+    per_step = adv
+    if equal_episodes and bool(kept.any()):
+        length = lengths.to(adv.dtype)
+        per_step = adv * (length[kept].mean() / length)
+    zero = torch.zeros((), dtype=adv.dtype, device=adv.device)
+    steps = torch.where(mask, per_step.unsqueeze(1), zero)
     return EpisodeAdvantages(steps, mask, adv, kept, num_dropped)
 
 

@@ -132,7 +132,12 @@ class EpisodicRunner(Runner):
         mt, strategy, me = self.mt, self.strategy, self.strategy.collector_index
         success = batch.success.to(torch.float32)
         adv = rloo_advantages(
-            success, batch.lengths, batch.max_steps, mt.group_size, mt.drop_uniform
+            success,
+            batch.lengths,
+            batch.max_steps,
+            mt.group_size,
+            mt.drop_uniform,
+            equal_episodes=mt.episode_weight == "equal",
         )
         kept = int(adv.kept.sum())
         T, C, f64 = len(self.task_names), strategy.num_collectors, torch.float64

@@ -111,6 +111,20 @@ def check_before_start(cfg: TrainConfig) -> None:
             f"--policy.popart-tasks does not apply to {cfg.task}: its episodic RLOO runner "
             f"has no critic (RLOO's baseline is the group's other episodes); leave it at 0"
         )
+    if cfg.multitask.demos is not None:
+        if not episodic:
+            raise ValueError(
+                f"--multitask.demos applies to the episodic suites (reach10, metaworld-mt10), "
+                f"not to {cfg.task}; drop it"
+            )
+        from distrl.demos import load_demos
+
+        suite = load_demos(cfg.multitask.demos)["suite"]
+        if suite != cfg.task:
+            raise ValueError(
+                f"--multitask.demos {cfg.multitask.demos} holds {suite} demonstrations, not "
+                f"{cfg.task}; record some with: distrl demos {cfg.task} --out FILE"
+            )
     if cfg.init_from is not None:
         init_policy(cfg)  # the file and its policy's fit, checked (and read) before any start
     if cfg.resume is None:

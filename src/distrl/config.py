@@ -226,6 +226,14 @@ class MultiTaskConfig:
     """K: rollouts per init state, one RLOO group (leave-one-out baseline over K - 1)."""
     drop_uniform: bool = True
     """Dynamic sampling: drop the groups whose K rewards are all equal (counted, not trained)."""
+    demos: str | None = None
+    """A `distrl demos` file of this suite: every RLOO minibatch adds bc_coef times the
+    behaviour-cloning loss of a minibatch of its steps (DAPG), which holds the tasks that RLOO
+    does not train (uniform groups) near their demonstrations."""
+    bc_coef: float = 0.0
+    """Weight of that behaviour-cloning loss (with --multitask.demos; 0 without)."""
+    bc_batch_size: int = 256
+    """Demonstration steps per minibatch for that loss (drawn afresh each minibatch)."""
     episode_weight: Literal["steps", "equal"] = "steps"
     """How the loss weighs a kept episode: by its valid steps (the mean over steps), or every
     episode the same (each step's advantage times mean kept length / its episode's length)."""
@@ -473,6 +481,15 @@ def _validate_multitask(errors: list[str], m: MultiTaskConfig) -> None:
             f"--multitask.early-stop-success must be in (0, 1] or None, got {m.early_stop_success}"
         )
     _positive(errors, "--multitask.early-stop-patience", m.early_stop_patience, "use e.g. 3")
+    if not (math.isfinite(m.bc_coef) and m.bc_coef >= 0):
+        errors.append(f"--multitask.bc-coef must be a finite number >= 0, got {m.bc_coef}")
+    elif (m.demos is None) != (m.bc_coef == 0):
+        errors.append(
+            f"--multitask.demos and --multitask.bc-coef go together (demos {m.demos!r}, "
+            f"bc-coef {m.bc_coef}): give both, e.g. --multitask.demos mt10-5.pt "
+            f"--multitask.bc-coef 0.01, or neither"
+        )
+    _positive(errors, "--multitask.bc-batch-size", m.bc_batch_size, "use e.g. 256")
 
 
 def to_dict(cfg: TrainConfig) -> dict:

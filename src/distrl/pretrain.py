@@ -31,11 +31,11 @@ import torch
 import tyro
 
 from distrl import checkpoint as ckpt
+from distrl.algorithms.bc import bc_loss
 from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig, to_dict
 from distrl.evaluation import evaluate_suite, suite_table
 from distrl.policy import ActorCritic, Moments
-from distrl.policy import distributions as D
 
 if TYPE_CHECKING:
     from distrl.distributed.base import Strategy
@@ -63,16 +63,6 @@ class PretrainArgs:
     (50: every one once); 0 skips it."""
     nproc: int = 1
     """Ranks (torchrun, this machine); the tasks are sharded over them as in training."""
-
-
-def bc_loss(
-    policy: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, reduction: str = "mean"
-) -> torch.Tensor:
-    """Negative log-likelihood of ``actions`` [N, A] under the policy's Gaussian: the mean over
-    the N steps, or their sum (``reduction="sum"``)."""
-    mean = policy.actor(policy.normalizer(obs))
-    logp, _ = D.gaussian_logprob_entropy(mean, policy.log_std.expand_as(mean), actions)
-    return -(logp.sum() if reduction == "sum" else logp.mean())
 
 
 def bc_learner(policy: ActorCritic, learning_rate: float) -> PPO:

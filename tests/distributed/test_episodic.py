@@ -7,6 +7,7 @@ bit."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,48 @@ def test_episode_weight_reaches_the_advantages(monkeypatch, weight: str) -> None
     monkeypatch.setattr(episodic, "rloo_advantages", spy)
     episodic_run(0, 1, 2, 2, {"episode_weight": weight})
     assert calls == [weight == "equal"] * 2
+
+
+def test_demos_add_a_behaviour_cloning_term_that_trains_even_without_kept_groups(
+    tmp_path: Path,
+) -> None:
+    """--multitask.demos/--multitask.bc-coef (DAPG): the same episodes are collected, and the
+    update adds the demonstrations' NLL, so it steps in iterations where RLOO kept nothing (the
+    plain run takes no step there) and the weights end elsewhere."""
+    from distrl.demos import make_demos, save_demos
+    from distrl.envs.reach import TASK_NAMES
+
+    path = save_demos(make_demos("reach10", per_task=2, tasks=TASK_NAMES[:2]), tmp_path / "d.pt")
+    plain = episodic_run(0, 1, 2, 3, {})
+    anchored = episodic_run(0, 1, 2, 3, {"demos": str(path), "bc_coef": 0.5})
+    assert [s["init"] for s in plain["seen"]][:1] == [s["init"] for s in anchored["seen"]][:1]
+    for p, a in zip(plain["seen"], anchored["seen"], strict=True):
+        assert a["metrics"]["train/updates"] > 0
+        if p["metrics"]["rloo/kept_episodes"] == 0:
+            assert p["metrics"]["train/updates"] == 0
+    assert not torch.equal(plain["params"], anchored["params"])
+
+
+def test_demos_and_bc_coef_go_together_and_must_be_of_the_suite(tmp_path: Path) -> None:
+    from distrl.cli import check_before_start
+    from distrl.config import TrainConfig, validate
+    from distrl.demos import make_demos, save_demos
+    from tests.distributed.episodic_workers import tiny_config
+
+    for mt, needle in (
+        ({"bc_coef": 0.1}, "go together"),
+        ({"demos": "d.pt"}, "go together"),
+        ({"demos": "d.pt", "bc_coef": -1.0}, "bc-coef must be a finite number >= 0"),
+        ({"bc_batch_size": 0}, "--multitask.bc-batch-size"),
+    ):
+        with pytest.raises(ValueError, match=needle):
+            validate(tiny_config(2, 1, **mt))
+    path = save_demos(make_demos("reach10", per_task=1, tasks=("reach-east",)), tmp_path / "d.pt")
+    cfg = tiny_config(2, 1, demos=str(path), bc_coef=0.1)
+    check_before_start(replace(cfg, run_dir=str(tmp_path / "run")))  # fine
+    with pytest.raises(ValueError, match="applies to the episodic suites"):
+        cart = TrainConfig(task="cartpole", multitask=cfg.multitask)
+        check_before_start(replace(cart, run_dir=str(tmp_path / "run")))
+    with pytest.raises(ValueError, match="no such file"):
+        missing = tiny_config(2, 1, demos=str(tmp_path / "none.pt"), bc_coef=0.1)
+        check_before_start(replace(missing, run_dir=str(tmp_path / "run")))

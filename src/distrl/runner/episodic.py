@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from distrl import checkpoint as ckpt
+from distrl.algorithms.bc import bc_loss
 from distrl.algorithms.ppo import PPO
 from distrl.algorithms.rloo import EpisodeAdvantages, rloo_advantages, rloo_policy_loss
 from distrl.config import TrainConfig
@@ -84,7 +85,22 @@ class EpisodicRunner(Runner):
         self.task: int | None = None  # the current iteration's task and episodes (hooks read them)
         self.batch: EpisodeBatch | None = None
         self._served: dict[str, torch.Tensor] | None = None  # a parameter server's counts
+        self.demo_obs, self.demo_actions = self._demo_steps(dev)
         strategy.setup(self.policy, self.ppo)
+
+    def _demo_steps(self, dev: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The successful demonstration steps of the trained tasks (--multitask.demos), every
+        rank all of them: the behaviour-cloning term anchors every task, not only its shard."""
+        if self.mt.demos is None:
+            return None, None
+        from distrl.demos import demo_steps, load_demos
+
+        demos = load_demos(self.mt.demos)
+        tasks = tuple(t for t in self.task_names if t in demos["tasks"])
+        if not tasks:
+            raise ValueError(f"--multitask.demos {self.mt.demos} holds none of the trained tasks")
+        obs, actions, _ = demo_steps(demos, tasks)
+        return obs.to(dev), actions.to(dev)
 
     # ---- one iteration ----------------------------------------------------------------------
     def collect(self) -> None:
@@ -205,8 +221,9 @@ class EpisodicRunner(Runner):
         """PPO-clip epochs on this rank's kept steps, the loss scaled by this rank's gradient
         weight; ``num_minibatches`` per epoch on every rank (some may be empty), so the
         per-minibatch all-reduces line up."""
-        if kept_total == 0:  # every rank dropped every group: agreed, so all skip together
-            return {"train/updates": 0}
+        demos = self.demo_obs is not None
+        if kept_total == 0 and not demos:  # every rank dropped every group: agreed, so all
+            return {"train/updates": 0}  # skip together (with demos the BC term still trains)
         a = self.cfg.agent
         mask = adv.mask
         obs, actions = batch.obs[mask], batch.actions[mask]
@@ -218,13 +235,24 @@ class EpisodicRunner(Runner):
             perm = torch.randperm(steps, generator=self.shuffle_gen)
             return list(perm.tensor_split(a.num_minibatches))
 
+        # The demonstration minibatches: a function of (seed, iteration), like the env's
+        # randomness, so nothing extra is checkpointed.
+        demo_gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.iteration)
+
         def gradient(idx: torch.Tensor) -> torch.Tensor:
             new_logp, entropy, _ = self.policy.evaluate(obs[idx], actions[idx])
             every = torch.ones_like(new_logp, dtype=torch.bool)
             loss, parts = rloo_policy_loss(
                 new_logp, old_logp[idx], advantages[idx], every, a.clip_coef, entropy, a.ent_coef
             )
-            return self.ppo.backward(loss * scale, parts | {"v_loss": zero})
+            loss = loss * scale
+            if demos:  # every rank's term has the same expectation: the mean keeps bc_coef
+                assert self.demo_obs is not None and self.demo_actions is not None
+                n = self.demo_obs.shape[0]
+                j = torch.randint(n, (min(self.mt.bc_batch_size, n),), generator=demo_gen)
+                bc = bc_loss(self.policy, self.demo_obs[j], self.demo_actions[j])
+                loss = loss + self.mt.bc_coef * bc
+            return self.ppo.backward(loss, parts | {"v_loss": zero})
 
         out = self.ppo.epochs(shuffle, gradient, self.strategy)
         del out["loss/value"]  # no critic

@@ -105,3 +105,18 @@ def test_rloo_fine_tunes_a_clone_under_a_parameter_server(tmp_path, reach10_clon
     records, out = train(tmp_path, "reach10", flags)
     assert "init: policy from" in out
     assert records[-1]["success/suite"] >= 0.9, [r["success/suite"] for r in records]
+
+
+@pytest.mark.timeout(300)
+def test_rloo_with_the_demonstrations_term_fine_tunes_a_clone_under_torchrun(
+    tmp_path, reach10_clone
+):
+    # --multitask.demos through the launcher: every rank loads the file and adds the clone's
+    # loss to its minibatches; the clone still reaches the suite's 0.9
+    demos = reach10_clone.parent.parent.parent / "d1.pt"
+    flags = [*STRATEGIES["allreduce"], "--init-from", str(reach10_clone)]
+    flags += ["--multitask.demos", str(demos), "--multitask.bc-coef", "0.01"]
+    flags += ["--multitask.early-stop-success", "0.9", "--multitask.early-stop-patience", "2"]
+    records, out = train(tmp_path, "reach10", flags)
+    assert "init: policy from" in out
+    assert records[-1]["success/suite"] >= 0.9, [r["success/suite"] for r in records]

@@ -103,3 +103,23 @@ def test_reach10_evaluates_held_out_success_during_training_without_touching_it(
     doc = json.loads(out_json.read_text())
     assert doc["init_states"] == "held-out" and doc["episodes_per_task"] == 3
     assert set(doc["per_task"]) == set(TASK_NAMES) and doc["iteration"] == 4
+
+
+def test_play_evaluates_the_trained_tasks_or_those_named(tmp_path, capsys):
+    run = tmp_path / "run"
+    code, _, err = run_main(["train", "reach10", "--run-dir", str(run), *TINY,
+                             "--multitask.tasks", "reach-east", "reach-west"], capsys)  # fmt: skip
+    assert code == 0, err
+    for extra, tasks in (
+        ([], ["reach-east", "reach-west"]),
+        (["--tasks", "all"], TASK_NAMES),
+        (["--tasks", "reach-center-drift"], ["reach-center-drift"]),
+    ):
+        out_json = tmp_path / "play.json"
+        code, _, err = run_main(
+            ["play", str(run), "--episodes", "1", "--json", str(out_json), *extra], capsys
+        )
+        assert code == 0, err
+        assert list(json.loads(out_json.read_text())["per_task"]) == list(tasks)
+    code, _, err = run_main(["play", str(run), "--tasks", "reach-esat"], capsys)
+    assert code == 2 and "--tasks: reach-esat (did you mean" in err and "Traceback" not in err

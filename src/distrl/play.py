@@ -44,6 +44,9 @@ class PlayArgs:
     from the training ones."""
     json: str | None = None
     """Also write the figures (per episode; per task for a suite) to this JSON file."""
+    tasks: tuple[str, ...] | None = None
+    """Episodic suites: the tasks to evaluate (default: those the run trained, its
+    --multitask.tasks); 'all' for every task of the suite."""
 
 
 def load(path: str, device: torch.device) -> tuple[TrainConfig, dict[str, Any], Path, dict]:
@@ -80,6 +83,8 @@ def play(args: PlayArgs) -> torch.Tensor:
     cfg, state, path, manifest = load(args.path, device)
     if get_task(cfg.task).evaluation_suite is not None:  # MT10's PPO too: per-task success
         return play_suite(args, cfg, state, path, manifest)
+    if args.tasks is not None:
+        raise ValueError(f"--tasks applies to the episodic suites, not to {cfg.task}; drop it")
     n = args.num_envs or min(episodes, 64)
     env = make_env(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=n)), device)
     with closing(env):
@@ -102,7 +107,10 @@ def play_suite(
     suite = get_task(cfg.task).evaluation_suite
     assert suite is not None
     device = torch.device(args.device)
-    tasks = suite.select(cfg.multitask.tasks)
+    if args.tasks is None:
+        tasks = suite.select(cfg.multitask.tasks)
+    else:
+        tasks = suite.select(() if args.tasks == ("all",) else args.tasks, "--tasks")
     episodes = 50 if args.episodes is None else args.episodes
     probe = suite.make_task_env(tasks[0], 1, device, cfg.env.max_episode_steps)
     with closing(probe):

@@ -61,8 +61,9 @@ class EpisodicSuite:
     task_names: tuple[str, ...]
     make_task_env: Callable[..., EpisodicVecEnv]
 
-    def select(self, names: Sequence[str]) -> tuple[str, ...]:
-        """The tasks to train, in suite order: ``names`` (every task when empty)."""
+    def select(self, names: Sequence[str], flag: str = "--multitask.tasks") -> tuple[str, ...]:
+        """The tasks to train, in suite order: ``names`` (every task when empty); ``flag``
+        names the option they came from in the errors."""
         unknown = [n for n in names if n not in self.task_names]
         if unknown:
             named = []
@@ -70,9 +71,9 @@ class EpisodicSuite:
                 close = difflib.get_close_matches(n, self.task_names, n=3, cutoff=0.6)
                 named.append(n + (f" (did you mean {' or '.join(close)}?)" if close else ""))
             raise ValueError(
-                f"--multitask.tasks: {', '.join(named)} not in this suite; its tasks are "
-                f"{', '.join(self.task_names)} (leave --multitask.tasks out to train them all)"
+                f"{flag}: {', '.join(named)} not in this suite; its tasks are "
+                f"{', '.join(self.task_names)} (leave {flag} out for all of them)"
             )
         if len(set(names)) != len(names):
-            raise ValueError(f"--multitask.tasks names a task twice: {list(names)}")
+            raise ValueError(f"{flag} names a task twice: {list(names)}")
         return tuple(n for n in self.task_names if not names or n in names)

@@ -119,11 +119,17 @@ def check_before_start(cfg: TrainConfig) -> None:
             )
         from distrl.demos import load_demos
 
-        suite = load_demos(cfg.multitask.demos)["suite"]
-        if suite != cfg.task:
+        demos = load_demos(cfg.multitask.demos)
+        if demos["suite"] != cfg.task:
             raise ValueError(
-                f"--multitask.demos {cfg.multitask.demos} holds {suite} demonstrations, not "
-                f"{cfg.task}; record some with: distrl demos {cfg.task} --out FILE"
+                f"--multitask.demos {cfg.multitask.demos} holds {demos['suite']} demonstrations, "
+                f"not {cfg.task}; record some with: distrl demos {cfg.task} --out FILE"
+            )
+        assert task.suite is not None
+        if not set(task.suite.select(cfg.multitask.tasks)) & set(demos["tasks"]):
+            raise ValueError(
+                f"--multitask.demos {cfg.multitask.demos} holds none of the trained tasks (it "
+                f"has {', '.join(demos['tasks'])}); record them with distrl demos {cfg.task}"
             )
     if cfg.init_from is not None:
         init_policy(cfg)  # the file and its policy's fit, checked (and read) before any start

@@ -215,6 +215,9 @@ def test_demos_and_bc_coef_go_together_and_must_be_of_the_suite(tmp_path: Path) 
     with pytest.raises(ValueError, match="applies to the episodic suites"):
         cart = TrainConfig(task="cartpole", multitask=cfg.multitask)
         check_before_start(replace(cart, run_dir=str(tmp_path / "run")))
+    with pytest.raises(ValueError, match="holds none of the trained tasks"):
+        other = tiny_config(2, 1, demos=str(path), bc_coef=0.1, tasks=("reach-west",))
+        check_before_start(replace(other, run_dir=str(tmp_path / "run")))
     with pytest.raises(ValueError, match="no such file"):
         missing = tiny_config(2, 1, demos=str(tmp_path / "none.pt"), bc_coef=0.1)
         check_before_start(replace(missing, run_dir=str(tmp_path / "run")))

@@ -601,6 +601,27 @@ def _float64_vectors(*arrays: Any) -> bool:
     return True
 
 
+def _info(
+    success: float,
+    near_object: float,
+    grasp_success: float,
+    grasp_reward: Any,
+    in_place_reward: Any,
+    obj_to_target: Any,
+    unscaled_reward: Any,
+) -> dict[str, Any]:
+    """``evaluate_state``'s info dict, its keys in Meta-World's order."""
+    return {
+        "success": success,
+        "near_object": near_object,
+        "grasp_success": grasp_success,
+        "grasp_reward": grasp_reward,
+        "in_place_reward": in_place_reward,
+        "obj_to_target": obj_to_target,
+        "unscaled_reward": unscaled_reward,
+    }
+
+
 def _drawer_open_reward(
     env: Any, obs: list[float], pos: list[float], obs_array: np.ndarray, action: Any
 ) -> tuple[Any, dict[str, Any]]:
@@ -626,16 +647,15 @@ def _drawer_open_reward(
     reward_for_caging = _tolerance(math.sqrt(sq[1]), 0.01, math.sqrt(sq[2]), gaussian=False)
     reward = reward_for_caging + reward_for_opening
     reward *= 5.0
-    info = {
-        "success": float(handle_error <= 0.03),
-        "near_object": float(math.sqrt(sq[3]) <= 0.03),
-        "grasp_success": float(obs[3] > 0),
-        "grasp_reward": reward_for_caging,
-        "in_place_reward": reward_for_opening,
-        "obj_to_target": handle_error,
-        "unscaled_reward": reward,
-    }
-    return reward, info
+    return reward, _info(
+        success=float(handle_error <= 0.03),
+        near_object=float(math.sqrt(sq[3]) <= 0.03),
+        grasp_success=float(obs[3] > 0),
+        grasp_reward=reward_for_caging,
+        in_place_reward=reward_for_opening,
+        obj_to_target=handle_error,
+        unscaled_reward=reward,
+    )
 
 
 def _drawer_close_reward(
@@ -669,16 +689,15 @@ def _drawer_close_reward(
     if target_to_obj <= radius + 0.015:
         reward = 1.0
     reward *= 10
-    info = {
-        "success": float(target_to_obj <= radius + 0.015),
-        "near_object": float(tcp_to_obj <= 0.01),
-        "grasp_success": 1.0,
-        "grasp_reward": reach,
-        "in_place_reward": in_place,
-        "obj_to_target": np.float64(target_to_obj),
-        "unscaled_reward": reward,
-    }
-    return reward, info
+    return reward, _info(
+        success=float(target_to_obj <= radius + 0.015),
+        near_object=float(tcp_to_obj <= 0.01),
+        grasp_success=1.0,
+        grasp_reward=reach,
+        in_place_reward=in_place,
+        obj_to_target=np.float64(target_to_obj),
+        unscaled_reward=reward,
+    )
 
 
 def _window_reward(
@@ -712,16 +731,15 @@ def _window_reward(
     tcp_to_obj = math.sqrt(sq[0])
     reach = _tolerance(tcp_to_obj, 0.02, abs(math.sqrt(sq[1]) - 0.02), gaussian=not opens)
     reward = 10 * _fast_reward_utils().hamacher_product(reach, in_place)
-    info = {
-        "success": float(target_to_obj <= radius),
-        "near_object": float(tcp_to_obj <= 0.05),
-        "grasp_success": 1.0,
-        "grasp_reward": reach,
-        "in_place_reward": in_place,
-        "obj_to_target": target_to_obj,
-        "unscaled_reward": reward,
-    }
-    return reward, info
+    return reward, _info(
+        success=float(target_to_obj <= radius),
+        near_object=float(tcp_to_obj <= 0.05),
+        grasp_success=1.0,
+        grasp_reward=reach,
+        in_place_reward=in_place,
+        obj_to_target=target_to_obj,
+        unscaled_reward=reward,
+    )
 
 
 def _window_open_reward(

@@ -23,7 +23,7 @@ class MetaWorldArgs:
     tasks: str = DEFAULT_TASKS
     """MT10 tasks to measure, comma-separated."""
     num_envs: int = 10
-    """Envs of the task, one goal variant each (cycling)."""
+    """Envs of the task (SyncVectorEnv: goal variant i for env i; MetaWorldMT10 draws them)."""
     steps: int = 1000
     """Steps of all envs per timed run."""
     repeats: int = 5
@@ -34,7 +34,7 @@ class MetaWorldArgs:
     """Results directory (default bench_out/metaworld)."""
 
 
-def _sync_env(task: str, num_envs: int) -> object:
+def _sync_env(task: str, num_envs: int) -> Any:
     import gymnasium as gym
 
     from distrl.envs.meta_world import mt10_benchmark
@@ -59,7 +59,7 @@ def measure_task(a: MetaWorldArgs, task: str) -> dict:
 
     ours = MetaWorldMT10(task, a.num_envs)
     sync = _sync_env(task, a.num_envs)
-    sync.reset(seed=0)  # type: ignore[attr-defined]
+    sync.reset(seed=0)
     rng = np.random.default_rng(0)
     ours_sps, sync_sps = [], []
     for _ in range(a.repeats):
@@ -71,10 +71,10 @@ def measure_task(a: MetaWorldArgs, task: str) -> dict:
         ours_sps.append(a.num_envs * a.steps / (time.perf_counter() - t0))
         t0 = time.perf_counter()
         for act in actions:
-            sync.step(act)  # type: ignore[attr-defined]
+            sync.step(act)
         sync_sps.append(a.num_envs * a.steps / (time.perf_counter() - t0))
     ours.close()
-    sync.close()  # type: ignore[attr-defined]
+    sync.close()
     ratios = [o / s for o, s in zip(ours_sps, sync_sps, strict=True)]
     return {
         "task": task,

@@ -123,3 +123,46 @@ def test_play_evaluates_the_trained_tasks_or_those_named(tmp_path, capsys):
         assert list(json.loads(out_json.read_text())["per_task"]) == list(tasks)
     code, _, err = run_main(["play", str(run), "--tasks", "reach-esat"], capsys)
     assert code == 2 and "--tasks: reach-esat (did you mean" in err and "Traceback" not in err
+
+
+def test_evaluation_horizon_is_the_training_one_unless_given(tmp_path, capsys, monkeypatch):
+    """--eval.max-episode-steps (training) and play's --max-episode-steps score a run trained
+    on short episodes on longer ones (Meta-World's 500); by default both keep the training
+    limit. A PPO task refuses the play flag."""
+    import distrl.evaluation
+    import distrl.play
+
+    limits: list[int | None] = []
+
+    def spy(*args, **kwargs):
+        limits.append(args[6])
+        return evaluate_suite(*args, **kwargs)
+
+    monkeypatch.setattr(distrl.evaluation, "evaluate_suite", spy)
+    monkeypatch.setattr(distrl.play, "evaluate_suite", spy)
+    run = tmp_path / "run"
+    code, _, err = run_main(["train", "reach10", "--run-dir", str(run), *TINY,
+                             "--multitask.tasks", "reach-east", "--env.max-episode-steps", "7",
+                             "--eval.interval", "4", "--eval.episodes", "1",
+                             "--eval.max-episode-steps", "30"], capsys)  # fmt: skip
+    assert code == 0, err
+    assert limits == [30]
+    out_json = tmp_path / "play.json"
+    for extra, limit in (([], 7), (["--max-episode-steps", "30"], 30)):
+        code, _, err = run_main(
+            ["play", str(run), "--episodes", "1", "--json", str(out_json), *extra], capsys
+        )
+        assert code == 0, err
+        assert (
+            limits[-1] == limit and json.loads(out_json.read_text())["max_episode_steps"] == limit
+        )
+    code, _, err = run_main(["play", str(run), "--max-episode-steps", "0"], capsys)
+    assert code == 2 and "--max-episode-steps must be at least 1" in err
+    code, _, err = run_main(["train", "reach10", "--eval.max-episode-steps", "0", *QUIET], capsys)
+    assert code == 2 and "--eval.max-episode-steps must be at least 1" in err
+    cart = tmp_path / "cart"
+    code, _, err = run_main(["train", "cartpole", "--run-dir", str(cart),
+                             "--agent.max-iterations", "1", *QUIET], capsys)  # fmt: skip
+    assert code == 0, err
+    code, _, err = run_main(["play", str(cart), "--max-episode-steps", "30"], capsys)
+    assert code == 2 and "--max-episode-steps applies to the episodic suites" in err

@@ -85,6 +85,11 @@ def check_before_start(cfg: TrainConfig) -> None:
             f"--multitask.tasks applies to the episodic suites (reach10, metaworld-mt10), not to "
             f"{cfg.task}; drop it, or train a suite: distrl train reach10 --multitask.tasks ..."
         )
+    if cfg.multitask.noise_beta and not episodic:
+        raise ValueError(
+            f"--multitask.noise-beta applies to the episodic suites (reach10, metaworld-mt10), "
+            f"not to {cfg.task}; drop it"
+        )
     check_network(cfg.policy.network)
     check_strategy(cfg, world, episodic)
     if cfg.wandb:

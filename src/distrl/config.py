@@ -209,6 +209,10 @@ class EvalConfig:
     """Env seed of every evaluation (the same episodes each time)."""
     num_envs: int = 64
     """At most this many envs step the episodes in parallel."""
+    max_episode_steps: int | None = None
+    """Episodic suites: the evaluation episodes' time limit (None: --env.max-episode-steps,
+    the training one). A run trained on a shorter horizon is scored on the suite's own with
+    e.g. 500 (Meta-World's)."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,11 @@ class MultiTaskConfig:
     episode_weight: Literal["steps", "equal"] = "steps"
     """How the loss weighs a kept episode: by its valid steps (the mean over steps), or every
     episode the same (each step's advantage times mean kept length / its episode's length)."""
+    noise_beta: float = 0.0
+    """Colour of the Gaussian policy's exploration noise in collection: 0 draws white noise
+    step by step; beta > 0 draws each episode's noise with power 1 / f^beta along its steps
+    (0.5 to 1: correlated over tens of steps), still N(0, sigma^2) at each step, so the
+    log-probabilities and PPO's ratios are unchanged (Hollenstein et al. 2024)."""
     balance: Literal["episodes", "tasks"] = "episodes"
     """Gradient weights: every kept episode counts the same, or every task trained this
     iteration counts the same (ranks sharing a task split its share by their episodes)."""
@@ -415,6 +424,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         errors.append(f"--eval.episodes must be at least 1, got {cfg.eval.episodes}")
     if cfg.eval.num_envs < 1:
         errors.append(f"--eval.num-envs must be at least 1, got {cfg.eval.num_envs}")
+    if cfg.eval.max_episode_steps is not None and cfg.eval.max_episode_steps < 1:
+        errors.append(
+            f"--eval.max-episode-steps must be at least 1 or None (the training limit), got "
+            f"{cfg.eval.max_episode_steps}"
+        )
     if a.total_timesteps is not None:
         _positive(errors, "--agent.total-timesteps", a.total_timesteps, "or leave it unset")
     if a.target_kl is not None and not a.target_kl > 0:  # NaN too
@@ -462,6 +476,11 @@ def _validate_policy(errors: list[str], p: PolicyConfig) -> None:
 
 
 def _validate_multitask(errors: list[str], m: MultiTaskConfig) -> None:
+    if not 0.0 <= m.noise_beta <= 4.0:  # NaN too
+        errors.append(
+            f"--multitask.noise-beta must be in [0, 4], got {m.noise_beta}; 0 is white noise, "
+            f"0.5 to 1 correlates it over tens of steps"
+        )
     if m.group_size < 2:
         errors.append(
             f"--multitask.group-size must be at least 2 (a leave-one-out baseline needs another "

@@ -259,7 +259,7 @@ class Evaluator:
         if self.suite is not None:
             with rng_untouched(), eval_mode(policy):
                 tasks = self.suite.select(self.cfg.multitask.tasks)
-                limit = self.cfg.env.max_episode_steps
+                limit = e.max_episode_steps or self.cfg.env.max_episode_steps
                 args = (e.episodes, self.device, e.num_envs, limit, e.seed, True, self.suite_envs)
                 suite = evaluate_suite(policy, self.suite, tasks, *args)
             return suite.metrics() | {"eval/time": time.perf_counter() - t0}

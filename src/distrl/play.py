@@ -47,6 +47,9 @@ class PlayArgs:
     tasks: tuple[str, ...] | None = None
     """Episodic suites: the tasks to evaluate (default: those the run trained, its
     --multitask.tasks); 'all' for every task of the suite."""
+    max_episode_steps: int | None = None
+    """Episodic suites: the episodes' time limit (default: the run's training limit, its
+    --env.max-episode-steps); e.g. 500 scores a run trained on shorter episodes on Meta-World's."""
 
 
 def load(path: str, device: torch.device) -> tuple[TrainConfig, dict[str, Any], Path, dict]:
@@ -79,12 +82,15 @@ def play(args: PlayArgs) -> torch.Tensor:
     episodes = 10 if args.episodes is None else args.episodes
     if episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {episodes}")
+    if args.max_episode_steps is not None and args.max_episode_steps < 1:
+        raise ValueError(f"--max-episode-steps must be at least 1, got {args.max_episode_steps}")
     device = torch.device(args.device)
     cfg, state, path, manifest = load(args.path, device)
     if get_task(cfg.task).evaluation_suite is not None:  # MT10's PPO too: per-task success
         return play_suite(args, cfg, state, path, manifest)
-    if args.tasks is not None:
-        raise ValueError(f"--tasks applies to the episodic suites, not to {cfg.task}; drop it")
+    for flag, value in (("--tasks", args.tasks), ("--max-episode-steps", args.max_episode_steps)):
+        if value is not None:
+            raise ValueError(f"{flag} applies to the episodic suites, not to {cfg.task}; drop it")
     n = args.num_envs or min(episodes, 64)
     env = make_env(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=n)), device)
     with closing(env):
@@ -112,17 +118,17 @@ def play_suite(
     else:
         tasks = suite.select(() if args.tasks == ("all",) else args.tasks, "--tasks")
     episodes = 50 if args.episodes is None else args.episodes
-    probe = suite.make_task_env(tasks[0], 1, device, cfg.env.max_episode_steps)
+    limit = args.max_episode_steps or cfg.env.max_episode_steps
+    probe = suite.make_task_env(tasks[0], 1, device, limit)
     with closing(probe):
         policy = make_policy(probe, cfg, state)
     held_out = args.init_states == "held-out"
     result = evaluate_suite(
-        policy, suite, tasks, episodes, device, args.num_envs or 64,
-        cfg.env.max_episode_steps, args.seed, held_out,
+        policy, suite, tasks, episodes, device, args.num_envs or 64, limit, args.seed, held_out,
     )  # fmt: skip
     print(suite_table(result, f"{cfg.task} (checkpoint {path}, iteration {manifest['iteration']})"))
     write_json(args.json, cfg, path, manifest, {
-        "init_states": args.init_states, "episodes_per_task": episodes,
+        "init_states": args.init_states, "episodes_per_task": episodes, "max_episode_steps": limit,
         "success": result.mean, "per_task": result.per_task,
     })  # fmt: skip
     return torch.tensor(list(result.per_task.values()))

@@ -36,6 +36,8 @@ def tiny_config(num_tasks: int, world: int, **multitask: Any) -> TrainConfig:
 def episodic_run(rank: int, world: int, num_tasks: int, iterations: int, multitask: dict) -> dict:
     """EpisodicRunner.learn() for ``iterations``; every rank reports what it trained on, the
     metrics it computed, its parameters and optimizer state."""
+    import torch
+
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import get_task
@@ -49,13 +51,18 @@ def episodic_run(rank: int, world: int, num_tasks: int, iterations: int, multita
 
     class Record(Hooks):
         def before_update(self, runner) -> None:
-            b = runner.batch
+            b, policy = runner.batch, runner.policy
+            with torch.no_grad():  # the draws behind the actions: the policy is as it collected
+                mean = policy.actor(policy.normalizer(b.obs))
+                draws = (b.actions - mean) / policy.log_std.exp()
             seen.append(
                 {
                     "iteration": runner.iteration,
                     "task": runner.task,
                     "episodes": b.num_episodes,
                     "init": b.init_indices.tolist(),
+                    "draws": draws,
+                    "mask": b.mask,
                 }
             )
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from distrl import checkpoint as ckpt
+from distrl.config import MultiTaskConfig
 from distrl.distributed.sharding import task_at
 from distrl.envs.reach import NUM_INIT_STATES
 from distrl.telemetry import read_metrics
@@ -173,6 +174,34 @@ def test_episode_weight_reaches_the_advantages(monkeypatch, weight: str) -> None
     monkeypatch.setattr(episodic, "rloo_advantages", spy)
     episodic_run(0, 1, 2, 2, {"episode_weight": weight})
     assert calls == [weight == "equal"] * 2
+
+
+def test_noise_beta_correlates_the_exploration_within_episodes() -> None:
+    """--multitask.noise-beta: the draws behind the collected actions ((action - mean) / std,
+    with the policy as it collected) are white by default and strongly correlated from one
+    step to the next with beta 2; the run is a function of its seed either way."""
+
+    def lag1(run: dict) -> float:
+        pairs = [
+            (s["draws"][:, 1:] * s["draws"][:, :-1])[s["mask"][:, 1:]].flatten()
+            for s in run["seen"]
+        ]
+        return float(torch.cat(pairs).mean())
+
+    white = episodic_run(0, 1, 2, 2, {})
+    red = episodic_run(0, 1, 2, 2, {"noise_beta": 2.0})
+    assert abs(lag1(white)) < 0.15 and lag1(red) > 0.6, (lag1(white), lag1(red))
+    again = episodic_run(0, 1, 2, 2, {"noise_beta": 2.0})
+    assert torch.equal(red["params"], again["params"])
+    assert not torch.equal(red["params"], white["params"])
+    from distrl.cli import check_before_start
+    from distrl.config import TrainConfig, validate
+    from tests.distributed.episodic_workers import tiny_config
+
+    with pytest.raises(ValueError, match="noise-beta must be in"):
+        validate(tiny_config(2, 1, noise_beta=-1.0))
+    with pytest.raises(ValueError, match="noise-beta applies to the episodic suites"):
+        check_before_start(TrainConfig(task="cartpole", multitask=MultiTaskConfig(noise_beta=1.0)))
 
 
 def test_demos_add_a_behaviour_cloning_term_that_trains_even_without_kept_groups(

@@ -81,3 +81,40 @@ def test_gaussian_entropy_gradient_flows_to_log_std() -> None:
     ent.mean().backward()
     # H = sum(log_std) + const per row -> dH/dlog_std_i = 1
     assert log_std.grad.tolist() == [1.0, 1.0]
+
+
+def test_gaussian_sample_with_given_draws_matches_normal() -> None:
+    mean, log_std = torch.randn(6, 3), torch.randn(3).expand(6, 3)
+    eps = torch.randn(6, 3)
+    actions, logp = D.gaussian_sample(mean, log_std, eps)
+    torch.testing.assert_close(actions, mean + log_std.exp() * eps)
+    expected = Normal(mean, log_std.exp()).log_prob(actions).sum(-1)
+    torch.testing.assert_close(logp, expected)
+
+
+def _lag_correlation(x: torch.Tensor, lag: int) -> float:
+    """Mean over sequences of x[t] x[t + lag] along the time axis (-2) of unit-variance noise."""
+    return float((x[..., lag:, :] * x[..., :-lag, :]).mean())
+
+
+def test_powerlaw_noise_is_unit_normal_and_correlated_by_beta() -> None:
+    gen = torch.Generator().manual_seed(0)
+    for steps in (200, 201):  # the even length has a real Nyquist coefficient
+        white = D.powerlaw_noise((2000, 4), steps, 0.0, gen)
+        pink = D.powerlaw_noise((2000, 4), steps, 1.0, gen)
+        red = D.powerlaw_noise((2000, 4), steps, 2.0, gen)
+        for x in (white, pink, red):
+            assert x.shape == (2000, steps, 4) and x.dtype == torch.float32
+            assert abs(float(x.mean())) < 0.05  # pink and red wander: their mean varies more
+            # N(0, 1) at every step, first, middle and last alike
+            for t in (0, steps // 2, steps - 1):
+                assert abs(float(x[:, t].var()) - 1.0) < 0.08, (steps, t)
+        assert abs(_lag_correlation(white, 1)) < 0.01
+        assert abs(_lag_correlation(white, 10)) < 0.01
+        # 1 / f^beta: the larger beta, the longer the memory
+        assert 0.6 < _lag_correlation(pink, 1) < 0.8 and 0.2 < _lag_correlation(pink, 10) < 0.4
+        assert _lag_correlation(red, 10) > 0.7
+    a = D.powerlaw_noise((3, 2), 50, 1.0, torch.Generator().manual_seed(7))
+    b = D.powerlaw_noise((3, 2), 50, 1.0, torch.Generator().manual_seed(7))
+    assert torch.equal(a, b)  # a function of the generator alone
+    assert D.powerlaw_noise((3, 2), 1, 1.0).shape == (3, 1, 2)

@@ -108,6 +108,28 @@ def test_exactly_e_episodes_in_groups(num_envs: int, groups: int, k: int) -> Non
     assert batch.env_steps == env.step_calls * num_envs
 
 
+@pytest.mark.parametrize(("num_envs", "groups", "k"), [(1, 2, 2), (3, 2, 2), (8, 2, 2)])
+def test_noise_reaches_each_episode_step_by_step(num_envs: int, groups: int, k: int) -> None:
+    # noise[e, t] = 100 e + t: the policy must see episode e's draw for its step t, whichever
+    # row runs it, and an idle row zeros
+    E = groups * k
+    noise = (100 * torch.arange(E)[:, None] + torch.arange(T)).float()[..., None]
+    seen: list[torch.Tensor] = []
+
+    def noisy(obs: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        seen.append(eps)
+        return eps[:, 0].long(), obs[:, 0]
+
+    env = CountingEnv(num_envs)
+    batch = collect_episodes(env, noisy, [3, 11][:groups], group_size=k, seed=0, noise=noise)
+    assert all(e.shape == (num_envs, 1) for e in seen)
+    assert torch.equal(batch.actions, torch.where(batch.mask, noise[..., 0].long(), 0))
+    if num_envs > E:  # rows E.. never start an episode
+        assert all(bool((e[E:] == 0).all()) for e in seen)
+    with pytest.raises(ValueError, match=r"noise must be \[4, 4, \.\.\.\]"):
+        collect_episodes(CountingEnv(2), noisy, [3, 11], group_size=2, noise=noise[:, :2])
+
+
 def test_rows_stop_as_soon_as_the_last_episode_ends() -> None:
     # 2 rows, lengths [4, 4, 1, 1, 1, 1] (init 3 -> 4 steps, init 0 -> 1 step): row 0 runs
     # episode 0 (steps 1-4), row 1 episode 1 (steps 1-4); then episodes 2..5 take one step each,

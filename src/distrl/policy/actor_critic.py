@@ -156,16 +156,19 @@ class ActorCritic(nn.Module):
         """V(s) [N] for raw observations [N, obs_dim]."""
         return self._values(self.critic(self.normalizer(obs)), obs)
 
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(
+        self, obs: torch.Tensor, eps: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample (actions, log_prob [N], value [N]) for raw observations. Continuous actions are
-        returned unclipped (their log-prob must match); use ``env_action`` before stepping."""
+        returned unclipped (their log-prob must match); use ``env_action`` before stepping.
+        ``eps`` [N, A]: the standard normal draws of a Gaussian policy (default: fresh ones)."""
         x = self.normalizer(obs)
         out = self.actor(x)
         value = self._values(self.critic(x), obs)
         if self.discrete:
             actions, logp = D.categorical_sample(out)
         else:
-            actions, logp = D.gaussian_sample(out, self.log_std.expand_as(out))
+            actions, logp = D.gaussian_sample(out, self.log_std.expand_as(out), eps)
         return actions, logp, value
 
     def env_action(self, actions: torch.Tensor) -> torch.Tensor:

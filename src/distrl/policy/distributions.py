@@ -1,7 +1,8 @@
 """Action distributions as plain tensor functions (no ``torch.distributions`` in the hot path).
 
 Categorical sampling by inverse CDF: a = #{k < K-1 : cdf_k < u}, u ~ U(0, 1), which is exact and
-costs one softmax, one cumsum and one comparison. Diagonal Gaussian: a = mu + sigma * eps.
+costs one softmax, one cumsum and one comparison. Diagonal Gaussian: a = mu + sigma * eps, eps
+white by default, or given (``powerlaw_noise``: correlated in time, still N(0, 1) at each step).
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ def categorical_logprob_entropy(
     return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), entropy
 
 
-def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample actions [N, A] and log-probabilities [N] from N(mean, exp(log_std)^2)."""
-    eps = torch.randn_like(mean)
+def gaussian_sample(
+    mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample actions [N, A] and log-probabilities [N] from N(mean, exp(log_std)^2); ``eps``
+    [N, A] is the standard normal draw to use (default: fresh white noise)."""
+    if eps is None:
+        eps = torch.randn_like(mean)
     actions = mean + log_std.exp() * eps
     logp = -0.5 * (eps**2).sum(-1) - log_std.sum(-1) - 0.5 * _LOG_2PI * mean.shape[-1]
     return actions, logp
@@ -48,3 +53,38 @@ def gaussian_logprob_entropy(
     logp = -0.5 * (z**2).sum(-1) - log_std.sum(-1) - 0.5 * _LOG_2PI * d
     entropy = (log_std.sum(-1) + 0.5 * d * (1.0 + _LOG_2PI)).expand(mean.shape[0])
     return logp, entropy
+
+
+def powerlaw_noise(
+    shape: tuple[int, ...], steps: int, beta: float, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Gaussian noise [*shape[:-1], steps, shape[-1]] whose power spectrum along time (the
+    steps axis) falls as 1 / f^beta: beta 0 is white (iid), 1 pink, 2 red (a random walk's).
+    Every element is N(0, 1) exactly; only the correlation between steps depends on beta.
+
+    Timmer and Koenig's method (1995): random Fourier coefficients scaled by f^(-beta / 2),
+    the zero frequency given the lowest one's scale (1 / steps), then the inverse real FFT
+    divided by the standard deviation that gives. Colored action noise for PPO: Hollenstein et
+    al. 2024, "Colored Noise in PPO: Improved Exploration and Performance through Correlated
+    Action Sampling"."""
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    freqs = torch.fft.rfftfreq(steps, dtype=torch.float64)
+    freqs[0] = 1.0 / steps  # no infinite power at f = 0
+    scale = freqs ** (-beta / 2.0)
+    # Coefficients 0 and (even steps) steps / 2 are real: they take all of their power in the
+    # real part, twice a complex one's real part (so that beta 0 is exactly white).
+    real_only = torch.zeros_like(scale, dtype=torch.bool)
+    real_only[0] = True
+    if steps % 2 == 0:
+        real_only[-1] = True
+    scale = torch.where(real_only, scale * 2.0**0.5, scale)
+    *lead, width = shape
+    size = (*lead, width, scale.numel())
+    real = torch.randn(size, generator=generator, dtype=torch.float64) * scale
+    imag = torch.randn(size, generator=generator, dtype=torch.float64) * scale
+    imag = torch.where(real_only, 0.0, imag)
+    # Var x_t = (sum over the real-only k of scale_k^2 + 4 x that over the others) / steps^2
+    var = (torch.where(real_only, 1.0, 4.0) * scale**2).sum() / steps**2
+    out = torch.fft.irfft(torch.complex(real, imag), n=steps) / var.sqrt()
+    return out.to(torch.float32).transpose(-1, -2).contiguous()

@@ -42,6 +42,7 @@ from distrl.distributed.sharding import (
 )
 from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.policy import ActorCritic, Moments
+from distrl.policy.distributions import powerlaw_noise
 from distrl.runner.base import Runner
 from distrl.runner.hooks import Hooks
 from distrl.storage.episodes import EpisodeBatch, collect_episodes
@@ -74,6 +75,11 @@ class EpisodicRunner(Runner):
         states = {t: e.num_init_states for t, e in self.envs.items()}
         self.schedule = TaskSchedule(shard, states) if shard else None  # None: the server
         self.policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(dev)
+        if self.policy.discrete and self.mt.noise_beta > 0:
+            raise ValueError(
+                f"--multitask.noise-beta {self.mt.noise_beta} colours a Gaussian policy's noise; "
+                f"{cfg.task}'s actions are discrete: leave it at 0"
+            )
         if not shard:
             env.close()
         self.ppo = PPO(self.policy, cfg.agent)
@@ -110,12 +116,20 @@ class EpisodicRunner(Runner):
         # The env's own randomness is a function of (seed, iteration): nothing to checkpoint.
         env_seed = self.seed * 1_000_003 + self.iteration
 
-        def act(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            actions, logp, _ = self.policy.act(obs)
+        def act(
+            obs: torch.Tensor, eps: torch.Tensor | None = None
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            actions, logp, _ = self.policy.act(obs, eps)
             return actions, logp
 
+        env, noise = self.envs[task], None
+        if self.mt.noise_beta > 0:  # each episode's draws, a function of (seed, iteration)
+            E = len(init) * self.mt.group_size
+            gen = torch.Generator().manual_seed(env_seed)
+            shape = (E, self.policy.action_space.dim)
+            noise = powerlaw_noise(shape, env.max_episode_steps, self.mt.noise_beta, gen)
         self.task = task
-        self.batch = collect_episodes(self.envs[task], act, init, self.mt.group_size, env_seed)
+        self.batch = collect_episodes(env, act, init, self.mt.group_size, env_seed, noise)
 
     @property
     def env_steps(self) -> int:

@@ -10,6 +10,10 @@ unstarted episode while any is left; otherwise it goes idle: it is still stepped
 one tensor), but nothing it produces is recorded, so no surplus episode is ever collected and
 none is cut short. With N > E the rows past E are idle from the start.
 
+With ``noise`` [E, T, ...] the policy is called as ``policy(obs, eps)``, eps [N, ...] each row's
+draw for its episode's current step (``policy.distributions.powerlaw_noise``: exploration
+correlated within an episode); idle rows get zeros.
+
 Recording needs no boolean gather: idle rows write into a spare episode row E (scratch, dropped
 at the end), so every step is a fixed-shape ``index_put``. The one host sync per step is the
 count of finished episodes, which decides when to stop.
@@ -26,8 +30,9 @@ import torch
 if TYPE_CHECKING:
     from distrl.envs.episodic import EpisodicVecEnv
 
-Policy = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-"""obs [N, obs_dim] -> (actions [N, ...], log-probabilities [N]); called under no_grad."""
+Policy = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+"""obs [N, obs_dim] (, eps [N, ...] when noise is given) -> (actions [N, ...], log-probabilities
+[N]); called under no_grad."""
 
 
 def step_mask(lengths: torch.Tensor, max_steps: int) -> torch.Tensor:
@@ -80,10 +85,12 @@ def collect_episodes(
     init_indices: Sequence[int] | torch.Tensor,
     group_size: int,
     seed: int | None = None,
+    noise: torch.Tensor | None = None,
 ) -> EpisodeBatch:
     """Run ``policy`` in ``env`` until exactly ``len(init_indices) * group_size`` episodes have
     ended, episode e from init state ``init_indices[e // group_size]``; T is the env's
-    ``max_episode_steps``. ``seed`` seeds ``env.reset`` (the env's own randomness)."""
+    ``max_episode_steps``. ``seed`` seeds ``env.reset`` (the env's own randomness); ``noise``
+    [E, T, ...] is handed to the policy step by step (module docstring)."""
     dev = env.device
     N, T = env.num_envs, env.max_episode_steps
     starts = torch.as_tensor(init_indices, dtype=torch.long, device=dev)
@@ -93,6 +100,12 @@ def collect_episodes(
             f"{tuple(starts.shape)} indices and group_size={group_size}"
         )
     E = starts.numel() * group_size
+    if noise is not None:
+        if noise.shape[:2] != (E, T):
+            raise ValueError(
+                f"noise must be [{E}, {T}, ...] (episodes, steps), got {tuple(noise.shape)}"
+            )
+        noise = torch.cat((noise.to(dev), noise.new_zeros((1, *noise.shape[1:])).to(dev)))
     # Init state of every episode, plus the scratch episode E (its start is never used).
     episode_start = torch.cat((starts.repeat_interleave(group_size), starts.new_zeros(1)))
 
@@ -118,10 +131,10 @@ def collect_episodes(
                     f"{type(env).__name__} ran {steps} steps without ending {E} episodes: its "
                     f"episodes must end within max_episode_steps={T}"
                 )
-            actions, logp = policy(obs)
+            at = (row_episode, row_step.clamp_max(T - 1))  # idle rows write into episode E
+            actions, logp = policy(obs) if noise is None else policy(obs, noise[at])
             if act_buf is None:
                 act_buf = actions.new_zeros((E + 1, T, *actions.shape[1:]))
-            at = (row_episode, row_step.clamp_max(T - 1))  # idle rows write into episode E
             obs_buf[at] = obs
             act_buf[at] = actions
             logp_buf[at] = logp

@@ -90,6 +90,12 @@ def check_before_start(cfg: TrainConfig) -> None:
             f"--multitask.noise-beta applies to the episodic suites (reach10, metaworld-mt10), "
             f"not to {cfg.task}; drop it"
         )
+    if cfg.multitask.skip_solved is not None and cfg.dist.strategy in ("ps-asp", "ps-bap"):
+        raise ValueError(
+            f"--multitask.skip-solved needs every rank to agree on the tasks' success, which "
+            f"--dist.strategy {cfg.dist.strategy} does not give its workers; use allreduce or "
+            f"ps-bsp, or drop it"
+        )
     check_network(cfg.policy.network)
     check_strategy(cfg, world, episodic)
     if cfg.wandb:

@@ -246,6 +246,13 @@ class MultiTaskConfig:
     step by step; beta > 0 draws each episode's noise with power 1 / f^beta along its steps
     (0.5 to 1: correlated over tens of steps), still N(0, sigma^2) at each step, so the
     log-probabilities and PPO's ratios are unchanged (Hollenstein et al. 2024)."""
+    skip_solved: float | None = None
+    """Skip a task of a rank's shard while its latest training success (agreed over the ranks)
+    is at least this, so the rollouts go to the unsolved ones; a skipped task is trained again
+    once it has waited solved_revisit iterations (the demonstrations term, if any, holds it
+    meanwhile). None: every task in turn (RIPT). Needs agreed statistics (allreduce, ps-bsp)."""
+    solved_revisit: int = 10
+    """With skip_solved: the most iterations a rank goes without training a solved task."""
     balance: Literal["episodes", "tasks"] = "episodes"
     """Gradient weights: every kept episode counts the same, or every task trained this
     iteration counts the same (ranks sharing a task split its share by their episodes)."""
@@ -476,6 +483,12 @@ def _validate_policy(errors: list[str], p: PolicyConfig) -> None:
 
 
 def _validate_multitask(errors: list[str], m: MultiTaskConfig) -> None:
+    if m.skip_solved is not None and not 0.0 < m.skip_solved <= 1.0:
+        errors.append(
+            f"--multitask.skip-solved must be in (0, 1] or None, got {m.skip_solved}; it is a "
+            f"training success, e.g. 0.9"
+        )
+    _positive(errors, "--multitask.solved-revisit", m.solved_revisit, "use e.g. 10")
     if not 0.0 <= m.noise_beta <= 4.0:  # NaN too
         errors.append(
             f"--multitask.noise-beta must be in [0, 4], got {m.noise_beta}; 0 is white noise, "

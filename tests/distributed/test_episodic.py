@@ -84,6 +84,59 @@ def test_nine_tasks_two_ranks_follow_ript() -> None:
 
 
 @pytest.mark.timeout(120)
+def test_skip_solved_trains_the_unsolved_tasks_on_agreed_numbers() -> None:
+    """--multitask.skip-solved 0.05: 5 tasks on 2 ranks (shards [0, 2, 4] and [1, 3]). Every
+    rank's sequence of tasks is the one its cursor gives from the agreed latest successes (a
+    task at or above 0.05 is passed over until it has waited 3 iterations), some tasks are
+    skipped (the sequence is not the plain cycle), and the ranks end with the same weights
+    (learn() verifies the replicas)."""
+    from distrl.distributed.sharding import TaskCursor, task_shard
+    from distrl.envs.reach import TASK_NAMES
+
+    mt = {"skip_solved": 0.05, "solved_revisit": 3, "data_batch_size": 16}
+    out = ranks(2, 5, 10, mt)
+    assert out[0]["params"].equal(out[1]["params"])
+    names = TASK_NAMES[:5]
+    skipped = False
+    for rank, r in enumerate(out):
+        cursor, latest = TaskCursor(task_shard(rank, 5, 2)), {}
+
+        def solved(t: int, latest: dict = latest) -> bool:
+            return latest.get(t, 0.0) >= 0.05
+
+        for i, s in enumerate(r["seen"]):
+            expected = cursor.next(solved, 3)
+            assert s["task"] == expected, (rank, i)
+            skipped |= s["task"] != task_at(rank, i, 5, 2)
+            for t, name in enumerate(names):
+                if f"task/{name}/success" in s["metrics"]:
+                    latest[t] = s["metrics"][f"task/{name}/success"]
+            # the weights go to the tasks trained (an agreed list, not the plain cycle's)
+            shares = [v for k, v in s["metrics"].items() if k.endswith("/grad_share")]
+            kept = s["metrics"]["rloo/kept_episodes"]
+            assert sum(shares) == pytest.approx(1.0 if kept else 0.0), (rank, i, shares)
+    assert skipped, "no task was solved: the test did not exercise skipping"
+    from dataclasses import replace as swap
+
+    from distrl.cli import check_before_start
+    from distrl.config import DistConfig, validate
+    from tests.distributed.episodic_workers import tiny_config
+
+    for bad, needle in (
+        ({"skip_solved": 0.0}, "skip-solved must be in"),
+        ({"skip_solved": 0.9, "solved_revisit": 0}, "solved-revisit must be"),
+    ):
+        with pytest.raises(ValueError, match=needle):
+            validate(tiny_config(2, 1, **bad))
+    cfg = tiny_config(2, 1, skip_solved=0.9)
+    with pytest.raises(ValueError, match="use allreduce or ps-bsp"):
+        check_before_start(swap(cfg, dist=DistConfig(strategy="ps-asp"), nproc=3))
+    assert [[s["metrics"] for s in r["seen"]] for r in out][0] == [
+        [s["metrics"] for s in r["seen"]] for r in out
+    ][1]
+
+
+@pytest.mark.timeout(120)
 def test_early_stop_counter_is_agreed() -> None:
     """Every rank stops at the same iteration, before max_iterations, on the streak computed
     from the all-gathered successes (target 0.05, patience 2)."""
@@ -96,7 +149,9 @@ def test_early_stop_counter_is_agreed() -> None:
     assert streaks[0] == streaks[1] and streaks[0][-2:] == [1, 2]
 
 
-def train(world: int, run_dir: Path, iterations: int, resume: bool = False) -> None:
+def train(
+    world: int, run_dir: Path, iterations: int, resume: bool = False, mt: dict | None = None
+) -> None:
     top = {"run_dir": str(run_dir), "resume": "auto" if resume else None}
     agent = {"max_iterations": iterations, "save_interval": 2}
     results, codes, _ = run_ranks(
@@ -105,6 +160,7 @@ def train(world: int, run_dir: Path, iterations: int, resume: bool = False) -> N
         3,
         top,
         agent,
+        mt,
         timeout=90,
         start_method="forkserver",
         preload=PRELOAD,
@@ -112,26 +168,37 @@ def train(world: int, run_dir: Path, iterations: int, resume: bool = False) -> N
     expect_ok(results, codes, world)
 
 
-@pytest.mark.slow  # three rank groups: ~8 s
+SKIP = {"skip_solved": 0.05, "solved_revisit": 3, "data_batch_size": 16}
+
+
+@pytest.mark.slow  # three rank groups each: ~8 s
 @pytest.mark.timeout(240)
-def test_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
-    """3 tasks on 2 ranks: 4 iterations straight, or 2 then a resume to 4."""
+@pytest.mark.parametrize(("mt", "total", "cut"), [({}, 4, 2), (SKIP, 8, 4)])
+def test_resume_equals_uninterrupted_run(tmp_path: Path, mt: dict, total: int, cut: int) -> None:
+    """3 tasks on 2 ranks: `total` iterations straight, or `cut` then a resume to `total`; with
+    solved tasks skipped too (rank 0's cursor and the agreed successes come back as they were)."""
     a, b = tmp_path / "A", tmp_path / "B"
-    train(2, a, 4)
-    train(2, b, 2)
-    train(2, b, 4, resume=True)
-    load = [ckpt.load_checkpoint(ckpt.checkpoint_path(d / "checkpoints", 4))[0] for d in (a, b)]
-    assert load[0]["iteration"] == load[1]["iteration"] == 4
+    train(2, a, total, mt=mt)
+    train(2, b, cut, mt=mt)
+    train(2, b, total, resume=True, mt=mt)
+    path = [ckpt.checkpoint_path(d / "checkpoints", total) for d in (a, b)]
+    load = [ckpt.load_checkpoint(p)[0] for p in path]
+    assert load[0]["iteration"] == load[1]["iteration"] == total
     assert_same(load[1], load[0] | {"wall_time": load[1]["wall_time"]}, "state")
     assert len(load[0]["ranks"]) == 2
     # the schedule cursors moved: rank 0 trains tasks [0, 2], rank 1 task [1]
-    assert load[0]["ranks"][0]["schedule"]["tasks"]["position"] == 4
+    assert load[0]["ranks"][0]["schedule"]["tasks"]["position"] >= total
     drop = ("wall_time", "unix_time", "time/", "perf/")
     strip = [
         [{k: v for k, v in r.items() if not k.startswith(drop)} for r in read_metrics(d)]
         for d in (a, b)
     ]
     assert strip[0] == strip[1]
+    if mt:  # rank 0 (tasks 0 and 2) trained one task two iterations in a row: it skipped one
+        from distrl.envs.reach import TASK_NAMES
+
+        zero = [f"task/{TASK_NAMES[0]}/success" in r for r in strip[0]]
+        assert any(x == y for x, y in zip(zero, zero[1:], strict=False)), zero
 
 
 BIN = Path(sys.executable).parent

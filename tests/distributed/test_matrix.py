@@ -99,8 +99,10 @@ def reach10_clone(tmp_path_factory) -> Path:
 @pytest.mark.timeout(300)
 def test_rloo_fine_tunes_a_clone_under_a_parameter_server(tmp_path, reach10_clone):
     # ps-bsp: deterministic, so the run either stops at 0.9 or never does (under ps-asp the
-    # workers' timing decides, and one CI run ended at 0.895: not a check that can be relied on)
+    # workers' timing decides, and one CI run ended at 0.895: not a check that can be relied on).
+    # The workers skip solved tasks: the task each trained reaches the server with the counts.
     flags = [*STRATEGIES["ps-bsp"], "--init-from", str(reach10_clone)]
+    flags += ["--multitask.skip-solved", "0.95"]
     flags += ["--multitask.early-stop-success", "0.9", "--multitask.early-stop-patience", "2"]
     records, out = train(tmp_path, "reach10", flags)
     assert "init: policy from" in out
@@ -112,9 +114,10 @@ def test_rloo_with_the_demonstrations_term_fine_tunes_a_clone_under_torchrun(
     tmp_path, reach10_clone
 ):
     # --multitask.demos through the launcher: every rank loads the file and adds the clone's
-    # loss to its minibatches; the clone still reaches the suite's 0.9
+    # loss to its minibatches; the clone still reaches the suite's 0.9, here with pink noise
     demos = reach10_clone.parent.parent.parent / "d1.pt"
     flags = [*STRATEGIES["allreduce"], "--init-from", str(reach10_clone)]
+    flags += ["--multitask.noise-beta", "1.0"]
     flags += ["--multitask.demos", str(demos), "--multitask.bc-coef", "0.01"]
     flags += ["--multitask.early-stop-success", "0.9", "--multitask.early-stop-patience", "2"]
     records, out = train(tmp_path, "reach10", flags)

@@ -123,6 +123,48 @@ def test_bad_arguments() -> None:
         gradient_weights(2, 3, 0, balance="ranks")
     with pytest.raises(ValueError, match="at least one task"):
         TaskCursor([])
+    with pytest.raises(ValueError, match="3 task ids"):
+        gradient_weights(2, 3, 0, tasks=[0, 1])
+
+
+def test_cursor_skips_solved_tasks_and_revisits_them() -> None:
+    """Shard [0, 2, 4, 6]: tasks 2 and 6 solved. The cursor passes over them, but a solved task
+    comes back once it has waited `revisit` = 6 visits; with every task solved and fresh it
+    takes the current one; with nothing solved it is the plain cycle."""
+    cursor = TaskCursor([0, 2, 4, 6])
+    solved = {2, 6}
+    got = [cursor.next(lambda t: t in solved, 6) for _ in range(10)]
+    # visits 0-3 are a first pass (never visited counts as waited long enough); 2 comes back
+    # at visit 7 (last at 1), 6 at visit 9 (last at 3)
+    assert got == [0, 2, 4, 6, 0, 4, 0, 2, 4, 6]
+    plain = TaskCursor([0, 2, 4, 6])
+    assert [plain.next(lambda t: False, 4) for _ in range(6)] == [0, 2, 4, 6, 0, 2]
+    every = TaskCursor([0, 2])
+    assert [every.next(lambda t: True, 5) for _ in range(4)] == [0, 2, 0, 2]
+
+
+def test_cursor_state_keeps_its_visits_and_loads_an_older_one() -> None:
+    solved = {0}
+    straight = TaskCursor([0, 1, 2])
+    expected = [straight.next(lambda t: t in solved, 5) for _ in range(12)]
+    first = TaskCursor([0, 1, 2])
+    got = [first.next(lambda t: t in solved, 5) for _ in range(7)]
+    resumed = TaskCursor([0, 1, 2])
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    got += [resumed.next(lambda t: t in solved, 5) for _ in range(5)]
+    assert got == expected and expected.count(0) < 4  # skipped, identically after the resume
+    old = TaskCursor([0, 1, 2])  # a checkpoint written before skipping: shard and position
+    old.load_state_dict({"shard": [0, 1, 2], "position": 7})
+    assert old.visits == 7 and old.next() == 1
+
+
+def test_gradient_weights_follow_the_given_tasks() -> None:
+    """A schedule that skips solved tasks passes the agreed tasks: two ranks on task 3 split
+    its share by tasks, whatever task_at would have said."""
+    w = gradient_weights(4, 3, 0, episodes=[2, 2, 4], balance="tasks", tasks=[3, 3, 1])
+    assert w.tasks == (3, 3, 1)
+    assert w.task_shares == pytest.approx({3: 0.5, 1: 0.5})
+    assert w.rank_weights == pytest.approx((0.25, 0.25, 0.5))
 
 
 def test_schedule_resumes_bitwise_through_json() -> None:

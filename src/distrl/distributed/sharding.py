@@ -11,8 +11,9 @@ none falls back to "all tasks" (RIPT's bug): rank r takes the single task r % nu
 task is trained by floor(W / T) or ceil(W / T) ranks.
 
 Cursors. Each iteration a rank works on one task of its shard, in order (``TaskCursor``:
-shard[i % len(shard)] at iteration i), and takes that task's next init states circularly
-(``InitStateCursor``: 10 states, 4 per visit -> [0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]).
+shard[i % len(shard)] at iteration i, or, skipping solved tasks, the next unsolved one), and
+takes that task's next init states circularly (``InitStateCursor``: 10 states, 4 per visit ->
+[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]).
 ``TaskSchedule`` bundles one task cursor with one init-state cursor per task of the shard.
 
 Gradient weights. With plain gradient averaging every rank counts 1 / W. ``gradient_weights``
@@ -26,7 +27,7 @@ all-reduce and the average is the weighted sum.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,12 +81,15 @@ def gradient_weights(
     iteration: int,
     episodes: Sequence[int] | None = None,
     balance: str = "episodes",
+    tasks: Sequence[int] | None = None,
 ) -> GradientWeights:
     """Each rank's gradient weight and each task's share at ``iteration``.
 
     ``episodes[r]``: the episodes rank r trains on this iteration (default: the same on every
     rank); after dynamic sampling these differ, and every rank must pass the same, globally
-    agreed list (all-gathered), or ranks would scale their losses inconsistently.
+    agreed list (all-gathered), or ranks would scale their losses inconsistently. ``tasks[r]``:
+    the task rank r trains (default: ``task_at``, the plain cycle; a schedule that skips solved
+    tasks passes the agreed list).
 
     balance="episodes": w_r = n_r / sum_r' n_r'  (every episode counts the same)
     balance="tasks":    w_r = n_r / (|A| * sum_{r' on task(r)} n_r')  (every task in A, the tasks
@@ -96,9 +100,13 @@ def gradient_weights(
     counts = [1] * world_size if episodes is None else [int(n) for n in episodes]
     if len(counts) != world_size or min(counts) < 0:
         raise ValueError(f"episodes must give {world_size} non-negative counts, got {episodes}")
-    tasks = tuple(task_at(r, iteration, num_tasks, world_size) for r in range(world_size))
+    if tasks is None:  # the plain cycle's
+        tasks = [task_at(r, iteration, num_tasks, world_size) for r in range(world_size)]
+    if len(tasks) != world_size:
+        raise ValueError(f"tasks must give {world_size} task ids, got {tasks}")
+    ids = tuple(int(t) for t in tasks)
     per_task: dict[int, int] = {}
-    for task, n in zip(tasks, counts, strict=True):
+    for task, n in zip(ids, counts, strict=True):
         per_task[task] = per_task.get(task, 0) + n
     active = {task: n for task, n in per_task.items() if n > 0}
     if not active:
@@ -107,36 +115,59 @@ def gradient_weights(
         total = sum(counts)
         weights = [n / total for n in counts]
     else:
-        pairs = zip(tasks, counts, strict=True)
+        pairs = zip(ids, counts, strict=True)
         weights = [n / (len(active) * active[t]) if n else 0.0 for t, n in pairs]
     shares: dict[int, float] = {}
-    for task, w in zip(tasks, weights, strict=True):
+    for task, w in zip(ids, weights, strict=True):
         if task in active:
             shares[task] = shares.get(task, 0.0) + w
-    return GradientWeights(tasks, tuple(weights), shares)
+    return GradientWeights(ids, tuple(weights), shares)
 
 
 class TaskCursor:
-    """Cycles through a rank's shard, one task per iteration: shard[position % len(shard)]."""
+    """Cycles through a rank's shard, one task per iteration: shard[position % len(shard)].
+
+    ``next(solved)`` may skip solved tasks: from the current position it takes the first task
+    that is not ``solved`` or that this cursor has not given for ``revisit`` iterations; when
+    every task is solved and recently visited it takes the current one. Without ``solved`` it
+    is the plain cycle."""
 
     def __init__(self, shard: Sequence[int]) -> None:
         if not shard:
             raise ValueError("a rank's shard must hold at least one task")
         self.shard = [int(t) for t in shard]
         self.position = 0
+        self.visits = 0  # next() calls so far
+        self.last: dict[int, int] = {}  # task -> the visit that last gave it
 
     def current(self) -> int:
         """The task of the current iteration (does not advance)."""
         return self.shard[self.position % len(self.shard)]
 
-    def next(self) -> int:
-        """The task of the current iteration; the cursor then moves to the next one."""
+    def next(self, solved: Callable[[int], bool] | None = None, revisit: int = 1) -> int:
+        """The task of the current iteration; the cursor then moves past it."""
+        step = 0
+        if solved is not None:
+            for k in range(len(self.shard)):
+                task = self.shard[(self.position + k) % len(self.shard)]
+                stale = self.visits - self.last.get(task, -revisit) >= revisit
+                if stale or not solved(task):
+                    step = k
+                    break
+        self.position += step
         task = self.current()
         self.position += 1
+        self.last[task] = self.visits
+        self.visits += 1
         return task
 
     def state_dict(self) -> dict[str, Any]:
-        return {"shard": list(self.shard), "position": self.position}
+        return {
+            "shard": list(self.shard),
+            "position": self.position,
+            "visits": self.visits,
+            "last": {str(t): v for t, v in self.last.items()},
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if list(state["shard"]) != self.shard:
@@ -145,6 +176,9 @@ class TaskCursor:
                 f"resume with the same tasks and number of ranks"
             )
         self.position = int(state["position"])
+        # (checkpoints from before skipping existed hold neither: the plain cycle's history)
+        self.visits = int(state.get("visits", self.position))
+        self.last = {int(t): int(v) for t, v in state.get("last", {}).items()}
 
 
 class InitStateCursor:
@@ -191,9 +225,12 @@ class TaskSchedule:
         self.tasks = TaskCursor(shard)
         self.init_states = {t: InitStateCursor(num_init_states[t]) for t in self.tasks.shard}
 
-    def next(self, num_states: int) -> tuple[int, list[int]]:
-        """This iteration's task and its ``num_states`` init-state indices; advances both."""
-        task = self.tasks.next()
+    def next(
+        self, num_states: int, solved: Callable[[int], bool] | None = None, revisit: int = 1
+    ) -> tuple[int, list[int]]:
+        """This iteration's task (``TaskCursor.next``) and its ``num_states`` init-state
+        indices; advances both."""
+        task = self.tasks.next(solved, revisit)
         return task, self.init_states[task].take(num_states)
 
     def state_dict(self) -> dict[str, Any]:

@@ -112,7 +112,14 @@ class EpisodicRunner(Runner):
     def collect(self) -> None:
         """This iteration's task and exactly ``data_batch_size`` episodes of it."""
         assert self.schedule is not None, "a rank that collects has a schedule"
-        task, init = self.schedule.next(self.mt.init_states_per_iteration)
+        mt, solved = self.mt, None
+        if mt.skip_solved is not None:  # the agreed latest successes: every rank sees the same
+            threshold = mt.skip_solved
+
+            def solved(t: int) -> bool:
+                return bool(self.task_success[t] >= threshold)  # NaN (never seen): no
+
+        task, init = self.schedule.next(mt.init_states_per_iteration, solved, mt.solved_revisit)
         # The env's own randomness is a function of (seed, iteration): nothing to checkpoint.
         env_seed = self.seed * 1_000_003 + self.iteration
 
@@ -151,6 +158,8 @@ class EpisodicRunner(Runner):
             "dropped_groups": (1,),
             "env_steps": (1,),
         }
+        if self.mt.skip_solved is not None:  # which task each collector trained (id + 1)
+            fields["task_of"] = (C,)
         return StatsLayout(tuple(fields.items()))
 
     def learn_step(self) -> dict[str, Any]:
@@ -177,6 +186,9 @@ class EpisodicRunner(Runner):
         mine["successes"][task] = float(success.sum())
         mine["returns"][task] = float(batch.returns.sum())
         mine["kept"][me] = kept
+        if mt.skip_solved is not None:
+            mine["task_of"] = torch.zeros(C, dtype=f64)
+            mine["task_of"][me] = task + 1
         valid = batch.obs[batch.mask]
         agreed = strategy.reduce_stats(
             sums={
@@ -187,7 +199,7 @@ class EpisodicRunner(Runner):
             }
         )
         counts = agreed.sums
-        w = self.weights(counts["kept"])
+        w = self.weights(counts)
         if strategy.stats_agreed:
             scale, kept_total = w.loss_scale(me), int(counts["kept"].sum())
         else:  # ps-asp/bap: each worker's gradient is the mean over its own kept steps
@@ -201,13 +213,15 @@ class EpisodicRunner(Runner):
             h.after_update(self, metrics)
         return metrics
 
-    def weights(self, kept: torch.Tensor) -> GradientWeights:
+    def weights(self, counts: dict[str, torch.Tensor]) -> GradientWeights:
         """Every collector's gradient weight and every task's share, from the kept episodes of
-        every collector."""
-        kept_per_rank = [int(k) for k in kept.tolist()]
+        every collector (and, when solved tasks are skipped, the task each trained)."""
+        kept_per_rank = [int(k) for k in counts["kept"].tolist()]
         C = self.strategy.num_collectors
+        trained = counts.get("task_of")
+        tasks = None if trained is None else [int(t) - 1 for t in trained.tolist()]
         return gradient_weights(
-            len(self.task_names), C, self.iteration, kept_per_rank, self.mt.balance
+            len(self.task_names), C, self.iteration, kept_per_rank, self.mt.balance, tasks
         )
 
     # ---- the server's view (parameter server) ----------------------------------------------
@@ -224,7 +238,7 @@ class EpisodicRunner(Runner):
         counts, self._served = self._served, None
         if counts is None:
             return {}
-        return self.task_metrics(counts, self.weights(counts["kept"]).task_shares)
+        return self.task_metrics(counts, self.weights(counts).task_shares)
 
     def served_env_steps(self, worker_iterations: dict[int, int]) -> int:
         return self._env_steps

@@ -62,3 +62,48 @@ def test_metaworld_expert_succeeds_on_reach(tmp_path):
     pytest.importorskip("metaworld", reason="needs the metaworld extra")
     d = demos.make_demos("metaworld-mt10", per_task=2, tasks=("reach-v3",))
     assert bool(d["data"]["reach-v3"]["success"].all())
+
+
+def test_noise_injection_records_the_experts_actions_on_a_perturbed_path():
+    tasks = ("reach-east", "reach-north-heavy")
+    clean = demos.make_demos("reach10", per_task=4, tasks=tasks)
+    noisy = demos.make_demos("reach10", per_task=4, tasks=tasks, noise=0.5)
+    again = demos.make_demos("reach10", per_task=4, tasks=tasks, noise=0.5)
+    assert noisy["meta"]["noise"] == 0.5 and clean["meta"]["noise"] == 0.0
+    for name in tasks:
+        d, c = noisy["data"][name], clean["data"][name]
+        for key, value in d.items():  # deterministic by seed
+            assert torch.equal(again["data"][name][key], value), (name, key)
+        real = torch.arange(d["obs"].shape[1]) < d["lengths"][:, None]
+        # every recorded action is the expert's own at the recorded state ...
+        obs, actions = d["obs"][real], d["actions"][real]
+        assert torch.allclose(demos.reach_expert(obs).clamp(-1, 1), actions, atol=1e-6)
+        # ... and the path is not the expert's: the states differ from the noise-free demos'
+        T = min(int(d["lengths"].min()), int(c["lengths"].min()))
+        assert not torch.allclose(d["obs"][:, 1:T], c["obs"][:, 1:T], atol=1e-3)
+        assert bool(d["success"].all())  # (with retries)
+        assert d["init_indices"].tolist() == c["init_indices"].tolist()
+    assert "N(0, 0.5^2) action noise" in demos.summary(noisy)
+    with pytest.raises(ValueError, match=r"--noise -0.1: .*\[0, 2\]"):
+        demos.make_demos("reach10", per_task=1, noise=-0.1)
+
+
+def test_noise_retries_the_starts_where_the_expert_failed(monkeypatch):
+    def make(retries):
+        monkeypatch.setattr(demos, "NOISE_RETRIES", retries)
+        return demos.make_demos(  # (a 22-step limit: the noise-free expert takes 6-25 steps)
+            "reach10", per_task=12, tasks=("reach-far-north-gate",), noise=1.0,
+            max_episode_steps=22,
+        )  # fmt: skip
+
+    once, retried = make(0)["data"]["reach-far-north-gate"], make(10)
+    d = retried["data"]["reach-far-north-gate"]
+    assert 0 < int(once["success"].sum()) < 12  # noise and a short limit: the expert fails some
+    assert int(d["success"].sum()) > int(once["success"].sum())
+    assert d["init_indices"].tolist() == list(range(12))  # each start kept its slot
+    for e in range(12):
+        if bool(once["success"][e]):  # kept from the first attempt
+            assert torch.equal(d["obs"][e], once["obs"][e])
+        else:  # retried: another path from the same start
+            assert torch.equal(d["obs"][e, 0], once["obs"][e, 0])
+            assert not torch.equal(d["obs"][e], once["obs"][e])

@@ -1,9 +1,10 @@
 """Demonstrations for post-training as RIPT does it (Tan et al. 2025): a policy first imitates a
 few demonstrations per task, then multi-task RLOO with a binary success reward lifts it. This
-module makes and reads the demonstrations; behaviour cloning from them is not built yet.
+module makes and reads the demonstrations; ``distrl pretrain`` (``distrl.pretrain``) clones them.
 
     distrl demos reach10 --per-task 5 --out demos/reach10-5.pt
     distrl demos metaworld-mt10 --per-task 5 --out demos/mt10-5.pt     # needs the metaworld extra
+    distrl demos metaworld-mt10 --per-task 5 --noise 0.3 --out demos/mt10-5-n.pt
 
 Where demonstrations come from:
   reach10          ``reach_expert``: a scripted controller on Reach10's observation (a PD law
@@ -11,7 +12,7 @@ Where demonstrations come from:
                    obstacle in the way); it succeeds from every shipped init state (tested)
   metaworld-mt10   Meta-World's scripted v3 expert of each task (``metaworld.policies``,
                    ``ENV_POLICY_MAP``), which reads the 39 state values (the one-hot task id that
-                   distrl appends is cut off); not run in this project's tests yet
+                   distrl appends is cut off)
 
 Demo episode i of a task starts from the suite's init state ``first_init + i`` (the shipped list
 of reach10, the goal variants of MT10(seed=0)).
@@ -24,7 +25,17 @@ The file (``torch.save``; read back with ``weights_only=True``): a dict
                      "lengths": [E] int64, "success": [E] bool, "init_indices": [E] int64}}}
 
 Steps t >= lengths[e] are zero padding. Actions are what the expert chose, clipped to the
-action bounds (what the env executed).
+action bounds.
+
+``--noise S`` records them with noise injection (DART, Laskey et al. 2017, "DART: Noise
+Injection for Robust Imitation Learning"): the env executes the expert's action plus N(0, S^2)
+per dimension (clipped to the bounds) while the file keeps the expert's own action at every
+state it visited. A clone of noise-free demonstrations only ever saw the expert's path, so the
+first deviation puts it where it has no data and the errors compound; with noise the file shows
+the expert correcting deviations of about that size. Each demonstration is still one expert
+episode from one init state. Where the noise made the expert fail, that init state is tried
+again with fresh draws (up to ``NOISE_RETRIES`` times); an episode that still fails is kept
+(``success`` False), and cloning and the demonstrations term leave it out.
 """
 
 from __future__ import annotations
@@ -58,10 +69,14 @@ class DemosArgs:
     first_init: int = 0
     """Episode i of a task starts from init state first_init + i."""
     seed: int = 0
-    """Env seed (what the init states leave random)."""
+    """Env seed (what the init states leave random), and the noise's seed."""
+    noise: float = 0.0
+    """Std of Gaussian noise added to each action the env executes (the file keeps the
+    expert's own actions: DART noise injection, see the module docstring); 0: none."""
 
 
 SUITES = ("reach10", "metaworld-mt10")
+NOISE_RETRIES = 10  # with --noise: more attempts from an init state where the expert failed
 
 Expert = Callable[[torch.Tensor], torch.Tensor]
 """obs [N, obs_dim] -> actions [N, action_dim] in the action bounds."""
@@ -120,10 +135,48 @@ def expert_for(suite: str, task: str) -> Expert:
 
 
 # ---- collection ------------------------------------------------------------------------------
+class PerturbedActions(EpisodicVecEnv):
+    """``env`` executing every action plus N(0, ``sigma``^2) noise per dimension, clipped to its
+    bounds (drawn from ``generator``, on the CPU); everything else is ``env``'s."""
+
+    def __init__(self, env: EpisodicVecEnv, sigma: float, generator: torch.Generator) -> None:
+        if env.action_space.kind != "continuous":
+            raise ValueError("--noise needs continuous actions")
+        self.env, self.sigma, self.generator = env, sigma, generator
+        self.num_envs, self.obs_dim, self.device = env.num_envs, env.obs_dim, env.device
+        self.action_space, self.max_episode_steps = env.action_space, env.max_episode_steps
+        self.num_init_states = env.num_init_states
+        self.low = torch.tensor(env.action_space.low, device=env.device)
+        self.high = torch.tensor(env.action_space.high, device=env.device)
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        return self.env.reset(seed)
+
+    def reset_rows(self, mask: torch.Tensor, init_indices: torch.Tensor) -> torch.Tensor:
+        return self.env.reset_rows(mask, init_indices)
+
+    def step(
+        self, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        noise = torch.randn(actions.shape, generator=self.generator).to(actions.device)
+        executed = torch.maximum(torch.minimum(actions + self.sigma * noise, self.high), self.low)
+        return self.env.step(executed)
+
+    def close(self) -> None:
+        self.env.close()
+
+
 def collect_task_demos(
-    env: EpisodicVecEnv, expert: Expert, per_task: int, first_init: int = 0, seed: int = 0
+    env: EpisodicVecEnv,
+    expert: Expert,
+    per_task: int,
+    first_init: int = 0,
+    seed: int = 0,
+    noise: float = 0.0,
 ) -> dict[str, torch.Tensor]:
-    """``per_task`` expert episodes in ``env``, episode i from init state ``first_init + i``."""
+    """``per_task`` expert episodes in ``env``, episode i from init state ``first_init + i``;
+    with ``noise`` > 0 the env executes the expert's actions perturbed (``PerturbedActions``)
+    and the expert's own are recorded."""
     if not first_init >= 0 or first_init + per_task > env.num_init_states:
         raise ValueError(
             f"demos from init states {first_init}..{first_init + per_task - 1}: the task has "
@@ -133,15 +186,28 @@ def collect_task_demos(
     def policy(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return expert(obs), torch.zeros(obs.shape[0], device=obs.device)
 
-    init = torch.arange(first_init, first_init + per_task)
-    batch = collect_episodes(env, policy, init, 1, seed)
-    return {
-        "obs": batch.obs.float().cpu(),
-        "actions": batch.actions.float().cpu(),
-        "lengths": batch.lengths.cpu(),
-        "success": batch.success.cpu(),
-        "init_indices": batch.init_indices.cpu(),
-    }
+    def collect(init: torch.Tensor) -> dict[str, torch.Tensor]:
+        batch = collect_episodes(env, policy, init, 1, seed)
+        return {
+            "obs": batch.obs.float().cpu(),
+            "actions": batch.actions.float().cpu(),
+            "lengths": batch.lengths.cpu(),
+            "success": batch.success.cpu(),
+            "init_indices": batch.init_indices.cpu(),
+        }
+
+    if noise > 0:
+        env = PerturbedActions(env, noise, torch.Generator().manual_seed(seed))
+    data = collect(torch.arange(first_init, first_init + per_task))
+    if noise > 0:  # the noise can make the expert fail: retry those starts with fresh draws
+        for _ in range(NOISE_RETRIES):
+            failed = (~data["success"]).nonzero().flatten()
+            if failed.numel() == 0:
+                break
+            retry = collect(data["init_indices"][failed])
+            for key, value in retry.items():
+                data[key][failed] = value
+    return data
 
 
 def suite_of(name: str) -> EpisodicSuite:
@@ -161,12 +227,18 @@ def make_demos(
     num_envs: int | None = None,
     max_episode_steps: int | None = None,
     seed: int = 0,
+    noise: float = 0.0,
 ) -> dict[str, Any]:
     """The demonstrations file's dict (module docstring) for ``suite_name``."""
     if per_task < 1:
         raise ValueError(f"--per-task must be at least 1, got {per_task}")
+    if not 0.0 <= noise <= 2.0:
+        raise ValueError(
+            f"--noise {noise}: give the std of the action noise in [0, 2] (actions lie in "
+            f"[-1, 1]; 0.3 is a good start, 0 records the expert's own path)"
+        )
     suite = suite_of(suite_name)
-    names = suite.select(tasks)
+    names = suite.select(tasks, "--tasks")
     data: dict[str, dict[str, torch.Tensor]] = {}
     t0 = time.perf_counter()
     obs_dim = action_dim = steps = 0
@@ -176,7 +248,7 @@ def make_demos(
         )
         try:
             data[name] = collect_task_demos(
-                env, expert_for(suite_name, name), per_task, first_init, seed
+                env, expert_for(suite_name, name), per_task, first_init, seed, noise
             )
             obs_dim, action_dim = env.obs_dim, env.action_space.dim
             steps = env.max_episode_steps
@@ -194,6 +266,7 @@ def make_demos(
             "obs_dim": obs_dim,
             "action_dim": action_dim,
             "seed": seed,
+            "noise": noise,
             "source": "scripted reach controller (distrl.demos.reach_expert)"
             if suite_name == "reach10"
             else "metaworld.policies.ENV_POLICY_MAP (scripted v3 experts)",
@@ -247,7 +320,9 @@ def demo_steps(
 
 
 def summary(demos: dict[str, Any]) -> str:
-    lines = [f"{demos['suite']}: {demos['meta']['per_task']} demos per task"]
+    noise = demos["meta"].get("noise", 0.0)  # (files written before --noise have none)
+    how = f", executed with N(0, {noise}^2) action noise (expert's actions recorded)"
+    lines = [f"{demos['suite']}: {demos['meta']['per_task']} demos per task{how if noise else ''}"]
     for name in demos["tasks"]:
         d = demos["data"][name]
         ok, n = int(d["success"].sum()), d["success"].numel()
@@ -259,7 +334,7 @@ def summary(demos: dict[str, Any]) -> str:
 
 def demos_main(a: DemosArgs) -> Path:
     """``distrl demos``: make, save and summarize; returns the file written."""
-    demos = make_demos(a.suite, a.per_task, a.tasks, a.first_init, seed=a.seed)
+    demos = make_demos(a.suite, a.per_task, a.tasks, a.first_init, seed=a.seed, noise=a.noise)
     path = save_demos(demos, a.out or f"demos/{a.suite}-{a.per_task}.pt")
     print(summary(demos))
     print(f"written {path} ({demos['meta']['seconds']:.1f} s)")

@@ -238,6 +238,11 @@ class MultiTaskConfig:
     """Weight of that behaviour-cloning loss (with --multitask.demos; 0 without)."""
     bc_batch_size: int = 256
     """Demonstration steps per minibatch for that loss (drawn afresh each minibatch)."""
+    self_imitation: int = 0
+    """With --multitask.demos: also keep up to this many steps per task of the rank's own
+    successful training episodes (the newest), and draw the behaviour-cloning minibatches from
+    the demonstrations and these together (self-imitation: successes on goals the
+    demonstrations never showed, also those of groups RLOO drops as uniform). 0: off."""
     episode_weight: Literal["steps", "equal"] = "steps"
     """How the loss weighs a kept episode: by its valid steps (the mean over steps), or every
     episode the same (each step's advantage times mean kept length / its episode's length)."""
@@ -522,6 +527,16 @@ def _validate_multitask(errors: list[str], m: MultiTaskConfig) -> None:
             f"--multitask.bc-coef 0.01, or neither"
         )
     _positive(errors, "--multitask.bc-batch-size", m.bc_batch_size, "use e.g. 256")
+    if m.self_imitation < 0:
+        errors.append(
+            f"--multitask.self-imitation must be >= 0 (steps kept per task), got "
+            f"{m.self_imitation}; 0 turns it off"
+        )
+    elif m.self_imitation > 0 and m.demos is None:
+        errors.append(
+            f"--multitask.self-imitation {m.self_imitation} adds the rank's own successes to "
+            f"the demonstrations term: give --multitask.demos FILE and --multitask.bc-coef too"
+        )
 
 
 def to_dict(cfg: TrainConfig) -> dict:

@@ -63,11 +63,15 @@ def episodic_run(rank: int, world: int, num_tasks: int, iterations: int, multita
                     "init": b.init_indices.tolist(),
                     "draws": draws,
                     "mask": b.mask,
+                    "success": b.success.clone(),
+                    "obs": b.obs.clone(),
+                    "actions": b.actions.clone(),
                 }
             )
 
         def after_update(self, runner, metrics) -> None:
             seen[-1]["metrics"] = dict(metrics)
+            seen[-1]["own"] = {t: (o.clone(), a.clone()) for t, (o, a) in runner.own.items()}
 
     ctx = context.init(cfg)
     try:

@@ -173,10 +173,19 @@ SKIP = {"skip_solved": 0.05, "solved_revisit": 3, "data_batch_size": 16}
 
 @pytest.mark.slow  # three rank groups each: ~8 s
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("mt", "total", "cut"), [({}, 4, 2), (SKIP, 8, 4)])
+@pytest.mark.parametrize(
+    ("mt", "total", "cut"), [({}, 4, 2), (SKIP, 8, 4), ({"self_imitation": 30}, 6, 4)]
+)
 def test_resume_equals_uninterrupted_run(tmp_path: Path, mt: dict, total: int, cut: int) -> None:
     """3 tasks on 2 ranks: `total` iterations straight, or `cut` then a resume to `total`; with
-    solved tasks skipped too (rank 0's cursor and the agreed successes come back as they were)."""
+    solved tasks skipped too (rank 0's cursor and the agreed successes come back as they were);
+    with self-imitation (each rank's kept successes come back as they were)."""
+    if "self_imitation" in mt:
+        from distrl.demos import make_demos, save_demos
+        from distrl.envs.reach import TASK_NAMES
+
+        demos = save_demos(make_demos("reach10", per_task=1, tasks=TASK_NAMES[:3]), tmp_path / "d")
+        mt = mt | {"demos": str(demos), "bc_coef": 0.5, "data_batch_size": 16}
     a, b = tmp_path / "A", tmp_path / "B"
     train(2, a, total, mt=mt)
     train(2, b, cut, mt=mt)
@@ -194,6 +203,10 @@ def test_resume_equals_uninterrupted_run(tmp_path: Path, mt: dict, total: int, c
         for d in (a, b)
     ]
     assert strip[0] == strip[1]
+    if "self_imitation" in mt:  # the kept successes were checkpointed (and some were kept)
+        own = [r["own"] for r in load[0]["ranks"]]
+        assert any(o.shape[0] > 0 for r in own for o, _ in r.values()), own
+        return
     if mt:  # rank 0 (tasks 0 and 2) trained one task two iterations in a row: it skipped one
         from distrl.envs.reach import TASK_NAMES
 
@@ -291,6 +304,36 @@ def test_demos_add_a_behaviour_cloning_term_that_trains_even_without_kept_groups
     assert not torch.equal(plain["params"], anchored["params"])
 
 
+def test_self_imitation_keeps_each_tasks_newest_successful_steps(tmp_path: Path) -> None:
+    """--multitask.self-imitation N: after every update the rank holds, per task it trained,
+    the newest N steps (observations and the actions taken) of that task's successful
+    episodes, in collection order; the demonstrations term draws from them and the
+    demonstrations, so the weights end elsewhere than with the demonstrations alone."""
+    from distrl.demos import make_demos, save_demos
+    from distrl.envs.reach import TASK_NAMES
+
+    path = save_demos(make_demos("reach10", per_task=2, tasks=TASK_NAMES[:2]), tmp_path / "d.pt")
+    anchored = {"demos": str(path), "bc_coef": 0.5, "data_batch_size": 16}
+    cap = 40
+    run = episodic_run(0, 1, 2, 6, anchored | {"self_imitation": cap})
+    plain = episodic_run(0, 1, 2, 6, anchored)
+    kept: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+    for s in run["seen"]:
+        real = s["mask"] & s["success"][:, None]
+        kept.setdefault(s["task"], []).append((s["obs"][real], s["actions"][real]))
+        for t, chunks in kept.items():
+            obs = torch.cat([o for o, _ in chunks])[-cap:]
+            actions = torch.cat([a for _, a in chunks])[-cap:]
+            if obs.shape[0] == 0:
+                assert t not in s["own"]
+                continue
+            assert torch.equal(s["own"][t][0], obs) and torch.equal(s["own"][t][1], actions)
+    full = [t for t, (o, _) in run["seen"][-1]["own"].items() if o.shape[0] == cap]
+    assert full, "no task filled its buffer: the check above saw too few successes"
+    assert all(not s["own"] for s in plain["seen"])
+    assert not torch.equal(plain["params"], run["params"])
+
+
 def test_demos_and_bc_coef_go_together_and_must_be_of_the_suite(tmp_path: Path) -> None:
     from distrl.cli import check_before_start
     from distrl.config import TrainConfig, validate
@@ -302,6 +345,8 @@ def test_demos_and_bc_coef_go_together_and_must_be_of_the_suite(tmp_path: Path) 
         ({"demos": "d.pt"}, "go together"),
         ({"demos": "d.pt", "bc_coef": -1.0}, "bc-coef must be a finite number >= 0"),
         ({"bc_batch_size": 0}, "--multitask.bc-batch-size"),
+        ({"self_imitation": 100}, "give --multitask.demos FILE and --multitask.bc-coef"),
+        ({"demos": "d.pt", "bc_coef": 0.1, "self_imitation": -1}, "self-imitation must be >= 0"),
     ):
         with pytest.raises(ValueError, match=needle):
             validate(tiny_config(2, 1, **mt))

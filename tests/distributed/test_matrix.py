@@ -115,9 +115,10 @@ def test_rloo_with_the_demonstrations_term_fine_tunes_a_clone_under_torchrun(
 ):
     # --multitask.demos through the launcher: every rank loads the file and adds the clone's
     # loss to its minibatches; the clone still reaches the suite's 0.9, here with pink noise
+    # and each rank's own successes kept for the term (self-imitation)
     demos = reach10_clone.parent.parent.parent / "d1.pt"
     flags = [*STRATEGIES["allreduce"], "--init-from", str(reach10_clone)]
-    flags += ["--multitask.noise-beta", "1.0"]
+    flags += ["--multitask.noise-beta", "1.0", "--multitask.self-imitation", "2000"]
     flags += ["--multitask.demos", str(demos), "--multitask.bc-coef", "0.01"]
     flags += ["--multitask.early-stop-success", "0.9", "--multitask.early-stop-patience", "2"]
     records, out = train(tmp_path, "reach10", flags)

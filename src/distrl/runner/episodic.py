@@ -92,6 +92,8 @@ class EpisodicRunner(Runner):
         self.batch: EpisodeBatch | None = None
         self._served: dict[str, torch.Tensor] | None = None  # a parameter server's counts
         self.demo_obs, self.demo_actions = self._demo_steps(dev)
+        # --multitask.self-imitation: this rank's newest successful steps per task (obs, actions)
+        self.own: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         strategy.setup(self.policy, self.ppo)
 
     def _demo_steps(self, dev: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -205,6 +207,8 @@ class EpisodicRunner(Runner):
         else:  # ps-asp/bap: each worker's gradient is the mean over its own kept steps
             # (sending zero gradients instead of skipping made ps-bap learn worse: measured)
             scale, kept_total = 1.0, kept
+        if mt.self_imitation:
+            self.remember(task, batch)
         metrics = self.update(batch, adv, scale, kept_total)
         if self.policy.normalizer.enabled:  # count-weighted merge across ranks
             self.policy.normalizer.update(Moments.from_flat_sum(counts["obs"]))
@@ -243,13 +247,40 @@ class EpisodicRunner(Runner):
     def served_env_steps(self, worker_iterations: dict[int, int]) -> int:
         return self._env_steps
 
+    def remember(self, task: int, batch: EpisodeBatch) -> None:
+        """Keep the steps of ``batch``'s successful episodes for the demonstrations term, the
+        newest ``self_imitation`` of ``task``'s."""
+        real = batch.mask & batch.success[:, None]
+        if not bool(real.any()):
+            return
+        obs, actions = batch.obs[real], batch.actions[real]
+        if task in self.own:
+            old_obs, old_actions = self.own[task]
+            obs, actions = torch.cat((old_obs, obs)), torch.cat((old_actions, actions))
+        cap = self.mt.self_imitation
+        self.own[task] = (obs[-cap:].clone(), actions[-cap:].clone())
+
+    def bc_pool(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """What the demonstrations term draws from: the demonstrations' steps, and this rank's
+        own successful ones (--multitask.self-imitation), in task order."""
+        if self.demo_obs is None or self.demo_actions is None:
+            return None
+        own = [self.own[t] for t in sorted(self.own)]
+        if not own:
+            return self.demo_obs, self.demo_actions
+        return (
+            torch.cat([self.demo_obs, *(o for o, _ in own)]),
+            torch.cat([self.demo_actions, *(a for _, a in own)]),
+        )
+
     def update(
         self, batch: EpisodeBatch, adv: EpisodeAdvantages, scale: float, kept_total: int
     ) -> dict[str, Any]:
         """PPO-clip epochs on this rank's kept steps, the loss scaled by this rank's gradient
         weight; ``num_minibatches`` per epoch on every rank (some may be empty), so the
         per-minibatch all-reduces line up."""
-        demos = self.demo_obs is not None
+        pool = self.bc_pool()
+        demos = pool is not None
         if kept_total == 0 and not demos:  # every rank dropped every group: agreed, so all
             return {"train/updates": 0}  # skip together (with demos the BC term still trains)
         a = self.cfg.agent
@@ -274,11 +305,12 @@ class EpisodicRunner(Runner):
                 new_logp, old_logp[idx], advantages[idx], every, a.clip_coef, entropy, a.ent_coef
             )
             loss = loss * scale
-            if demos:  # every rank's term has the same expectation: the mean keeps bc_coef
-                assert self.demo_obs is not None and self.demo_actions is not None
-                n = self.demo_obs.shape[0]
+            if pool is not None:  # the mean over ranks keeps bc_coef (each rank's term is
+                # over the same demonstrations, plus its own successes with self-imitation)
+                pool_obs, pool_actions = pool
+                n = pool_obs.shape[0]
                 j = torch.randint(n, (min(self.mt.bc_batch_size, n),), generator=demo_gen)
-                bc = bc_loss(self.policy, self.demo_obs[j], self.demo_actions[j])
+                bc = bc_loss(self.policy, pool_obs[j], pool_actions[j])
                 loss = loss + self.mt.bc_coef * bc
             return self.ppo.backward(loss, parts | {"v_loss": zero})
 
@@ -337,6 +369,7 @@ class EpisodicRunner(Runner):
             "schedule": self.schedule.state_dict(),
             "rng": ckpt.capture_rng_state(),
             "shuffle_rng": self.shuffle_gen.get_state(),
+            "own": {t: (o.cpu(), a.cpu()) for t, (o, a) in self.own.items()},
         }
 
     def load_rank_state(self, mine: dict[str, Any]) -> None:
@@ -345,6 +378,10 @@ class EpisodicRunner(Runner):
         self.schedule.load_state_dict(mine["schedule"])
         ckpt.restore_rng_state(mine["rng"])
         self.shuffle_gen.set_state(mine["shuffle_rng"])
+        dev = next(self.policy.parameters()).device
+        self.own = {  # (checkpoints from before self-imitation have none)
+            int(t): (o.to(dev), a.to(dev)) for t, (o, a) in mine.get("own", {}).items()
+        }
 
     def algorithm_state(self) -> dict[str, Any]:
         return {

@@ -30,6 +30,23 @@ def tiny_train_args(
     return args + QUIET
 
 
+def api_train(task: str, run_dir: Path, num_envs: int = 16, agent: dict | None = None, **overrides):
+    """``distrl.train`` of a seconds-long run in this process: ``num_envs`` envs, 8 steps, 2
+    epochs, 2 iterations (``agent`` overrides any), one thread, no display, no TensorBoard."""
+    import distrl
+
+    return distrl.train(
+        task,
+        run_dir=str(run_dir),
+        env={"num_envs": num_envs},
+        agent={"num_steps": 8, "num_epochs": 2, "max_iterations": 2, **(agent or {})},
+        threads=1,
+        progress=False,
+        tensorboard=False,
+        **overrides,
+    )
+
+
 def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
     """``distrl <argv>`` in process: (exit code, stdout, stderr); SystemExit becomes a code."""
     from distrl import cli

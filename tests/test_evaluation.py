@@ -115,7 +115,7 @@ def test_best_pt_is_the_best_eval_and_outside_resume_and_pruning(tmp_path, capsy
     code, out, _ = run_main(["play", str(best), "--episodes", "2"], capsys)
     assert code == 0 and f"iteration {top['iteration']}" in out
     code, _, err = run_main(["train", "cartpole", "--resume", str(best), *EVAL_ARGS], capsys)
-    assert code == 2 and "holds only the policy" in err
+    assert code == 2 and "holds only a policy" in err
 
     # a resumed run compares new evaluations with the best it kept before
     _train(run, capsys, "--resume", "auto", "--eval.interval", "1", "--agent.max-iterations", "6")

@@ -18,7 +18,7 @@ from torch import nn
 import distrl
 from distrl import exporting
 from distrl.policy import networks
-from tests.helpers import run_main
+from tests.helpers import api_train, run_main
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,29 +28,16 @@ needs_onnx = pytest.mark.skipif(
 )
 
 
-def _train(task: str, run_dir, **overrides):
-    return distrl.train(
-        task,
-        run_dir=str(run_dir),
-        env={"num_envs": 16},
-        agent={"num_steps": 8, "num_epochs": 2, "max_iterations": 2},
-        threads=1,
-        progress=False,
-        tensorboard=False,
-        **overrides,
-    )
-
-
 @pytest.fixture(scope="module")
 def cartpole_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("cartpole")
-    return run_dir, _train("cartpole", run_dir).policy
+    return run_dir, api_train("cartpole", run_dir).policy
 
 
 @pytest.fixture(scope="module")
 def pendulum_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("pendulum")
-    return run_dir, _train("pendulum", run_dir).policy
+    return run_dir, api_train("pendulum", run_dir).policy
 
 
 def _run_file(path, obs: torch.Tensor) -> torch.Tensor:
@@ -140,7 +127,7 @@ def test_a_registered_network_exports(tmp_path):
                                                    nn.ELU(), nn.Linear(32, a)),
             critic=lambda o: nn.Linear(o, 1),
         )  # fmt: skip
-        policy = _train("pendulum", tmp_path, policy={"network": "ln"}).policy
+        policy = api_train("pendulum", tmp_path, policy={"network": "ln"}).policy
         result = distrl.export(tmp_path, "torchscript")
         obs = _far_and_near(3, 64)
         ours = policy.act_deterministic(obs).detach()

@@ -7,6 +7,8 @@ The public API (``import distrl``):
     train(cfg)                                  -> TrainResult (.policy, .run_dir, .metrics)
     load_policy(run_dir_or_checkpoint)          -> (ActorCritic, TrainConfig)
     export(run_dir_or_checkpoint, "onnx")       -> ExportResult (.path, .metadata)
+    average(run_dir, from_iteration=None)       -> AverageResult (.path): the weights' mean over
+                                                   the run's last checkpoints, policy only
     register_task(name, make_env=... | gym=...) your own batched torch env or Gymnasium env
     register_network(name, actor=..., critic=...) your own actor and critic bodies
     check_env(env)                              test a VecEnv against the contract
@@ -29,6 +31,8 @@ _EXPORTS = {
     "TrainResult": "distrl.api",
     "export": "distrl.exporting",
     "ExportResult": "distrl.exporting",
+    "average": "distrl.averaging",
+    "AverageResult": "distrl.averaging",
     "register_task": "distrl.envs.registry",
     "register_network": "distrl.policy.networks",
     "check_env": "distrl.envs.check",
@@ -41,11 +45,13 @@ _EXPORTS = {
 __all__ = [
     "ActionSpace",
     "ActorCritic",
+    "AverageResult",
     "ExportResult",
     "TrainConfig",
     "TrainResult",
     "VecEnv",
     "__version__",
+    "average",
     "check_env",
     "export",
     "load_config",
@@ -58,6 +64,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from distrl.api import TrainResult, load_config, load_policy, make_config, train
+    from distrl.averaging import AverageResult, average
     from distrl.config import TrainConfig
     from distrl.envs.check import check_env
     from distrl.envs.core import ActionSpace, VecEnv

@@ -433,8 +433,9 @@ def resolve_resume(resume: str, run_dir: Path | None) -> tuple[Path | None, list
         if checkpoint_iteration(path) is None and read_manifest(path).get("policy_only"):
             raise CheckpointError(
                 path,
-                "holds only the policy (the best evaluation's, for play, export and "
-                "--init-from), not the optimizer, env and RNG states a resume continues; "
+                "holds only a policy (the best evaluation's, a clone's or an average, for "
+                "play, export and --init-from), not the optimizer, env and RNG states a resume "
+                "continues; "
                 f"resume from a {CHECKPOINT_GLOB} file or the run directory",
             )
         return path, []

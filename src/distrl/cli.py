@@ -1,5 +1,5 @@
-"""Command line: `distrl train|play|export|demos|pretrain|bench|list`, and `train` / `play` as
-their own scripts.
+"""Command line: `distrl train|play|export|average|demos|pretrain|bench|list`, and `train` /
+`play` as their own scripts.
 
 `train <task> [overrides]` is parsed in two steps (as mjlab does): the task name selects the
 task's tuned default config, then tyro parses the overrides on top of it, e.g.
@@ -33,6 +33,9 @@ commands:
   export <run-dir|checkpoint> [--format onnx|torchscript] [--output FILE]
                               the deterministic actor, normalizer baked in, checked
                               against the checkpoint (docs/export.md)
+  average <run-dir> [--from-iteration N] [--to-iteration M] [--output FILE]
+                              the mean of the policy weights over the run's last
+                              checkpoints (default: its last third), policy only
   demos <suite> --per-task N [--out FILE]
                               scripted-expert demonstrations of an episodic suite
   pretrain <suite> --demos FILE [-- train overrides]
@@ -425,6 +428,18 @@ def export_main(argv: list[str]) -> int:
     return 0
 
 
+def average_main(argv: list[str]) -> int:
+    from distrl import averaging
+
+    args = tyro.cli(averaging.AverageArgs, args=argv, prog="distrl average")
+    try:
+        result = averaging.average(args.paths, args.from_iteration, args.to_iteration, args.output)
+    except ValueError as e:  # each names its fix (CheckpointError too)
+        return _fail(str(e))
+    print(averaging.describe(result))
+    return 0
+
+
 def demos_main(argv: list[str]) -> int:
     from distrl import demos
 
@@ -488,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
         return list_main()
     if cmd == "export":
         return export_main(rest)
+    if cmd == "average":
+        return average_main(rest)
     if cmd == "demos":
         return demos_main(rest)
     if cmd == "pretrain":

@@ -71,12 +71,12 @@ def select(
             f"{run_dir}: no {ckpt.CHECKPOINT_GLOB} files to average (expected a run directory "
             f"or its checkpoints/)"
         )
+    if from_iteration is not None and from_iteration < 0:
+        raise ValueError(f"--from-iteration must be >= 0, got {from_iteration}")
     iterations = [ckpt.checkpoint_iteration(p) or 0 for p in found]
     newest = iterations[-1]
     last = newest if to_iteration is None else to_iteration
     first = int(newest * DEFAULT_FRACTION) if from_iteration is None else from_iteration
-    if from_iteration is not None and from_iteration < 0:
-        raise ValueError(f"--from-iteration must be >= 0, got {from_iteration}")
     if first > last:
         raise ValueError(f"--from-iteration {first} is after --to-iteration {last}")
     chosen = [p for p, it in zip(found, iterations, strict=True) if first <= it <= last]
@@ -96,6 +96,8 @@ def average_checkpoints(paths: list[Path], output: Path | None = None) -> Averag
         raise ValueError(f"averaging needs at least 2 checkpoints, got {len(paths)}")
     if len({Path(p).resolve() for p in paths}) != len(paths):
         raise ValueError("the same checkpoint is named twice; name each one once")
+    if output is not None:
+        _check_output(Path(output))
     loaded = [ckpt.load_checkpoint(Path(p)) for p in paths]
     order = sorted(range(len(paths)), key=lambda i: int(loaded[i][0]["iteration"]))
     paths = [Path(paths[i]) for i in order]
@@ -129,11 +131,6 @@ def average_checkpoints(paths: list[Path], output: Path | None = None) -> Averag
     if output is None:
         output = paths[-1].parent / f"avg_{iterations[0]}-{iterations[-1]}.pt"
     output = Path(output)
-    if output.suffix != ".pt" or ckpt.checkpoint_iteration(output) is not None:
-        raise ValueError(
-            f"--output {output}: name it *.pt, not {ckpt.CHECKPOINT_GLOB} (resume would take "
-            f"it for a training checkpoint)"
-        )
     env_steps = int(newest.get("env_steps", 0))
     state = {"policy": averaged, "iteration": iterations[-1], "env_steps": env_steps}
     state["wall_time"] = float(newest.get("wall_time", 0.0))
@@ -147,22 +144,30 @@ def average_checkpoints(paths: list[Path], output: Path | None = None) -> Averag
     return AverageResult(path, iterations, spread, _normalizer_drift(policies))
 
 
+def _check_output(output: Path) -> None:
+    if output.suffix != ".pt" or ckpt.checkpoint_iteration(output) is not None:
+        raise ValueError(
+            f"--output {output}: name it *.pt, not {ckpt.CHECKPOINT_GLOB} (resume would take "
+            f"it for a training checkpoint)"
+        )
+
+
 def _check_same_policy(paths: list[Path], manifests: list[dict], states: list[dict]) -> None:
-    first_path, first = paths[-1], manifests[-1]["config"]
+    newest_path, newest = paths[-1], manifests[-1]["config"]
     layout = {k: tuple(v.shape) for k, v in states[-1]["policy"].items()}
     for path, manifest, state in zip(paths, manifests, states, strict=True):
         cfg = manifest["config"]
         for field in ("task", "policy"):
-            if cfg[field] != first[field]:
+            if cfg[field] != newest[field]:
                 raise ValueError(
-                    f"{path}: its {field} ({cfg[field]}) differs from {first_path}'s "
-                    f"({first[field]}); average checkpoints of one run"
+                    f"{path}: its {field} ({cfg[field]}) differs from {newest_path}'s "
+                    f"({newest[field]}); average checkpoints of one run"
                 )
         shapes = {k: tuple(v.shape) for k, v in state["policy"].items()}
         if shapes != layout:
             differ = sorted(set(shapes.items()) ^ set(layout.items()))[0][0]
             raise ValueError(
-                f"{path}: policy entry {differ} does not match {first_path}'s; average "
+                f"{path}: policy entry {differ} does not match {newest_path}'s; average "
                 f"checkpoints of one run"
             )
 

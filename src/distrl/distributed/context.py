@@ -9,12 +9,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import datetime
+import functools
 import os
 import signal
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -251,6 +255,8 @@ def init(cfg: TrainConfig) -> DistContext:
         backend = cfg.dist.backend
         if backend == "auto":
             backend = "nccl" if device.type == "cuda" else "gloo"
+        global _store_down
+        _store_down = False  # a new process group, a new store (this process may run again)
         if not dist.is_initialized():
             dist.init_process_group(
                 backend=backend,
@@ -274,8 +280,16 @@ class RankDropped(PeerFailure):
     it, e.g. after it stalled); the run goes on, and this rank should leave quietly."""
 
 
+STORE_WAIT = 5.0
+"""Seconds a rank waits for the rendezvous store to answer one operation before it stops using
+the store for good (``store_op``)."""
+_store_down = False
+
+
 def _store():
-    """The default process group's rendezvous store (None if unavailable)."""
+    """The default process group's rendezvous store (None if unavailable, or given up on)."""
+    if _store_down:
+        return None
     try:
         from torch.distributed.distributed_c10d import _get_default_store
 
@@ -284,34 +298,60 @@ def _store():
         return None
 
 
+def store_op(op: Callable[[Any], Any], wait: float | None = None) -> tuple[bool, Any]:
+    """``(True, op(store))``, or ``(False, None)`` when there is no store or it failed or did not
+    answer within ``wait`` seconds (default ``STORE_WAIT``). A read from a store whose host is
+    stopped (SIGSTOP: rank 0 hosts it when not under torchrun's agent) blocks past the store's
+    own timeout, so the operation runs in a daemon thread that is left behind if it does not
+    answer; the client is then mid-request, so after a failure this process never uses the
+    store again (heartbeats and the drop and silence reports go without it)."""
+    global _store_down
+    store = _store()
+    if store is None:
+        return False, None
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, op(store)))
+        except Exception:
+            box.append((False, None))
+
+    worker = threading.Thread(target=run, name="distrl-store", daemon=True)
+    worker.start()
+    worker.join(STORE_WAIT if wait is None else wait)
+    if not box or not box[0][0]:
+        _store_down = True
+        return False, None
+    return box[0]
+
+
 def heartbeat(ctx: DistContext, iteration: int) -> None:
     """Record in the store that this rank entered ``iteration`` now (one small set per
     iteration); ``peer_failure`` reads these to name the rank that went silent."""
-    store = _store()
-    if store is not None:
-        with contextlib.suppress(Exception):
-            store.set(f"distrl/alive/{ctx.rank}", f"{iteration} {time.time():.3f}")
-        why = dropped_reason(ctx.rank)
-        if why is not None:
-            raise RankDropped(f"rank {ctx.rank}: dropped from the run: {why}")
+    key = f"distrl/dropped/{ctx.rank}"
+
+    def beat(store: Any) -> str | None:
+        store.set(f"distrl/alive/{ctx.rank}", f"{iteration} {time.time():.3f}")
+        return store.get(key).decode() if store.check([key]) else None
+
+    why = store_op(beat)[1]
+    if why is not None:
+        raise RankDropped(f"rank {ctx.rank}: dropped from the run: {why}")
 
 
 def dropped_reason(rank: int) -> str | None:
     """Why ``rank`` was dropped (``release_dropped``), or None: not dropped, or no store."""
-    store = _store()
     key = f"distrl/dropped/{rank}"
-    try:
-        return store.get(key).decode() if store is not None and store.check([key]) else None
-    except Exception:  # the store's host (rank 0) is gone
-        return None
+    reason: str | None = store_op(
+        lambda store: store.get(key).decode() if store.check([key]) else None
+    )[1]
+    return reason
 
 
 def mark_left(rank: int) -> None:
     """A dropped rank says it is leaving (``release_dropped`` waits for this)."""
-    store = _store()
-    if store is not None:
-        with contextlib.suppress(Exception):
-            store.set(f"distrl/left/{rank}", "1")
+    store_op(lambda store: store.set(f"distrl/left/{rank}", "1"))
 
 
 def release_dropped(dropped: dict[int, str], wait: float) -> list[int]:
@@ -320,23 +360,29 @@ def release_dropped(dropped: dict[int, str], wait: float) -> list[int]:
     say it left (it then exits 0). Without this, torchrun's agent waits for a stopped rank
     forever after the others finished. Returns the ranks that did not leave in time (on
     another host and still stopped, say)."""
-    store = _store()
-    if store is None or not dropped:
+    if _store() is None or not dropped:
         return []
     waiting = set(dropped)
     for r, why in dropped.items():
-        with contextlib.suppress(Exception):
+
+        def mark(store: Any, r: int = r, why: str = why) -> tuple[str, int]:
             store.set(f"distrl/dropped/{r}", why)
             host, pid = store.get(f"distrl/pid/{r}").decode().split()
-            if host == socket.gethostname():
-                if _gone(int(pid)):
-                    waiting.discard(r)  # it died: nothing to wait for
-                else:
-                    os.kill(int(pid), signal.SIGCONT)
+            return host, int(pid)
+
+        ok, where = store_op(mark)
+        if ok and where[0] == socket.gethostname():
+            if _gone(where[1]):
+                waiting.discard(r)  # it died: nothing to wait for
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(where[1], signal.SIGCONT)
     deadline = time.time() + wait
     while waiting and time.time() < deadline:
-        with contextlib.suppress(Exception):
-            waiting -= {r for r in waiting if store.check([f"distrl/left/{r}"])}
+        ok, left = store_op(functools.partial(left_ranks, ranks=frozenset(waiting)))
+        if not ok:
+            break  # the store is gone: nobody can say they left
+        waiting -= left
         time.sleep(0.1)
     return sorted(waiting)
 
@@ -344,23 +390,35 @@ def release_dropped(dropped: dict[int, str], wait: float) -> list[int]:
 def silent_ranks(ctx: DistContext) -> str:
     """'rank 1 last seen at iteration 2, 10.4 s ago; ...' for every other rank, from the
     heartbeats; empty when the store cannot be read (its host may be the rank that died)."""
-    store = _store()
-    if store is None:
+    if _store_down:
+        return "the rendezvous store stopped answering earlier; its host may be down"
+    if _store() is None:
         return ""
-    now, seen = time.time(), []
-    try:
-        for r in range(ctx.world_size):
-            key = f"distrl/alive/{r}"
-            if r == ctx.rank or not store.check([key]):
-                continue
-            it, t = store.get(key).decode().split()
-            seen.append((now - float(t), r, int(it)))
-    except Exception as e:
-        return f"the rendezvous store did not answer ({type(e).__name__}); its host may be down"
-    seen.sort(reverse=True)
+    ok, beats = store_op(lambda store: heartbeats(store, range(ctx.world_size), ctx.rank))
+    if not ok:
+        return "the rendezvous store did not answer; its host may be down"
+    now = time.time()
+    seen = sorted(((now - t, r, it) for r, (it, t) in beats.items()), reverse=True)
     return "; ".join(
         f"rank {r} last seen at iteration {it}, {age:.1f} s ago" for age, r, it in seen
     )
+
+
+def left_ranks(store: Any, ranks: frozenset[int]) -> set[int]:
+    """The ``ranks`` that said they left (``mark_left``); a ``store_op`` body."""
+    return {r for r in ranks if store.check([f"distrl/left/{r}"])}
+
+
+def heartbeats(store: Any, ranks: Any, me: int) -> dict[int, tuple[int, float]]:
+    """{rank: (last iteration, unix time)} of the ``ranks`` (not ``me``) that sent a heartbeat;
+    a ``store_op`` body."""
+    seen = {}
+    for r in ranks:
+        key = f"distrl/alive/{r}"
+        if r != me and store.check([key]):
+            it, t = store.get(key).decode().split()
+            seen[r] = (int(it), float(t))
+    return seen
 
 
 def peer_failure(ctx: DistContext, timeout: float, error: BaseException) -> PeerFailure:

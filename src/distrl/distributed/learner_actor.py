@@ -51,7 +51,13 @@ from distrl.config import TrainConfig
 from distrl.distributed.allreduce import AllReduceStrategy, verify_identical
 from distrl.distributed.base import Roles, RunnerParts
 from distrl.distributed.collectives import Collectives
-from distrl.distributed.context import DistContext, PeerFailure, _store, release_dropped
+from distrl.distributed.context import (
+    DistContext,
+    PeerFailure,
+    heartbeats,
+    release_dropped,
+    store_op,
+)
 from distrl.distributed.messages import ActorHeader, LearnerHeader, frame, kind_of
 from distrl.distributed.param_server import (
     Inbox,
@@ -673,18 +679,7 @@ def _first_line(e: BaseException) -> str:
 
 def _stalest(ranks: list[int], me: int) -> int:
     """The rank among ``ranks`` (not ``me``) whose last heartbeat is oldest; -1 if unknown."""
-    store = _store()
-    if store is None:
+    ok, beats = store_op(lambda store: heartbeats(store, ranks, me))
+    if not ok or not beats:
         return -1
-    oldest: tuple[float, int] | None = None
-    try:
-        for r in ranks:
-            key = f"distrl/alive/{r}"
-            if r == me or not store.check([key]):
-                continue
-            t = float(store.get(key).decode().split()[1])
-            if oldest is None or t < oldest[0]:
-                oldest = (t, r)
-    except Exception:
-        return -1
-    return oldest[1] if oldest else -1
+    return min(beats, key=lambda r: beats[r][1])

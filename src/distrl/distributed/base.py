@@ -1,11 +1,12 @@
 """The Strategy seam: the one object the runner talks to about anything that crosses processes.
 
 A strategy is chosen by ``--dist.strategy`` (the ``STRATEGIES`` registry in
-``distributed/strategies.py``) and handed to the runner, which never builds one. It owns:
+``distributed/strategies.py``) and handed to the runner, which never builds one. It holds no
+loop: the runner's role loops (``runner/roles.py``) run every rank's iterations. It owns:
 
-- **roles and their loops**: whether this rank collects experience, learns, or serves
-  parameters, and ``run(runner)``, the loop each of its roles runs, composed from the runner's
-  shared parts (``RunnerParts``: one iteration, logging, checkpoints);
+- **roles and links**: what this rank does (``Roles``) and, for a rank that does not simply
+  collect and learn, the narrow link its role loop talks through (``Links``: a parameter
+  server's ``ServerLink``, learner-actor's ``LearnerLink`` and ``ActorLink``);
 - **step**: how one minibatch's local ``[grads | decision scalars]`` becomes new parameters
   (combine across ranks, let the learner decide skip / early stop / LR, take the step);
 - **agreed statistics**: ``reduce_stats`` sums and gathers named tensors in one collective;
@@ -15,28 +16,29 @@ A strategy is chosen by ``--dist.strategy`` (the ``STRATEGIES`` registry in
   peers (``take_times``).
 
 The algorithm (on-policy PPO with GAE, or episodic RLOO) is the other, independent axis: a
-``runner.base.Runner`` subclass. ``Strategy`` lists every member the runner and the CLI use,
-and mypy (``make lint``) checks that each class in the ``STRATEGIES`` registry provides them.
+``runner.base.Runner`` subclass. ``Strategy`` and the link protocols list every member the
+runner and the CLI use, and mypy (``make lint``) checks that each class in the ``STRATEGIES``
+registry provides them.
 
 Every collective goes through ``Collectives._timed`` (distributed/collectives.py), so each one is
 timed and a dead or stalled peer surfaces as a ``PeerFailure`` naming it.
 
-Where the strategies plug in:
-
 =================  ==========================================  ================================
-strategy           roles (``run``)                             ``step``
+strategy           roles (the runner's loop; the link)         ``step``
 =================  ==========================================  ================================
-``allreduce``      every rank collects and learns              flat all-reduce, every rank
-                   (``runner.train()``)                        decides from identical numbers
-``ps-*``           rank 0 serves (``serve``); the others       gradients to the server, which
-                   collect and compute gradients               decides and steps; params back
-``learner-actor``  ranks < L learn from their actors'          all-reduce in the learners'
-                   rollouts; the others only collect           group; weights to the actors
+``allreduce``      every rank collects and learns               flat all-reduce, every rank
+                   (``collect_and_learn``; no link)             decides from identical numbers
+``ps-*``           rank 0 serves (``serve``; ``ServerLink``);   gradients to the server, which
+                   the others collect and compute gradients     decides and steps; params back
+``learner-actor``  ranks < L learn from their actors'           all-reduce in the learners'
+                   rollouts (``LearnerLink``); the others act   group; weights to the actors
+                   (``ActorLink``)
 =================  ==========================================  ================================
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -46,9 +48,7 @@ from torch import nn
 from distrl.algorithms.ppo import Decision, GradientLearner
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    from distrl.config import TrainConfig
+    from distrl.runner.collector import Collector, RemoteRollouts
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,8 @@ class Agreed:
     """Each named tensor summed over the participating ranks (float64)."""
     gathered: dict[str, torch.Tensor] = field(default_factory=dict)
     """Each named tensor of every participating rank, stacked: [ranks, *shape] (float64)."""
+    ranks: tuple[int, ...] = ()
+    """Whose row each ``gathered`` row is (empty: rows 0, 1, ... of the participating ranks)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ class StatsLayout:
 
     One codec for every transport: the all-gather row of ``Collectives.reduce_stats``, the
     parameter server's statistics message, and the server's own decoding of what its workers
-    sent (``RunnerParts.absorb_stats``) all pack and unpack through it, by name."""
+    sent (``StatsLayout.agreed``, then ``Runner.absorb``) all pack and unpack through it, by
+    name."""
 
     sums: tuple[tuple[str, tuple[int, ...]], ...]
     gather: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -146,6 +149,13 @@ class StatsLayout:
         """The ``gather`` fields of a row [numel] or of stacked rows [ranks, numel] by name."""
         return self._split(rows[..., self.num_sums :], self.gather, rows.shape[:-1])
 
+    def agreed(self, sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> Agreed:
+        """What a parameter server took in (a summed row, each worker's whole row) in the
+        form ``reduce_stats`` hands a collecting rank, so an algorithm absorbs both alike."""
+        ranks = tuple(sorted(rows))
+        gathered = self.unpack_gather(torch.stack([rows[r] for r in ranks])) if ranks else {}
+        return Agreed(sums=self.unpack_sums(sums), gathered=gathered, ranks=ranks)
+
 
 class Strategy(Protocol):
     """What the runner and the CLI need from a way of training across processes (see the
@@ -159,6 +169,8 @@ class Strategy(Protocol):
     is_main: bool
     active: bool
     """False for one process: every collective is then the identity and costs nothing."""
+    links: Links
+    """The link this rank's role loop talks through (none: it collects and learns)."""
     seed_rank: int
     """Seeds are ``seed + seed_rank``: the rank itself, except where a rank stands in for
     another (learner-actor: actor i seeds as rank i would, so one learner and one actor
@@ -194,10 +206,6 @@ class Strategy(Protocol):
     def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Make every rank's replica (parameters, buffers, optimizer state) equal rank 0's."""
 
-    def run(self, runner: RunnerParts) -> dict[str, Any]:
-        """This rank's whole training loop, for the roles it plays; returns the last record."""
-        ...
-
     def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision:
         """Turn this rank's ``[grads | scalars]`` of one minibatch into new parameters."""
         ...
@@ -228,76 +236,86 @@ class Strategy(Protocol):
         """This rank's training loop is over (a worker tells its server)."""
 
 
-class RunnerParts(Protocol):
-    """The shared runner parts a strategy's role loops are built from (``runner.base.Runner``
-    provides them for every algorithm); declared here so that ``distributed/`` never imports
-    ``runner/``."""
+# ---- links: what a role loop needs of its strategy beyond step and reduce_stats ----------------
 
-    cfg: TrainConfig
+
+@dataclass
+class ServerEvent:
+    """What a parameter server's loop yields: an iteration every live worker completed (with
+    the server's figures for it), or a checkpoint whose per-rank states have all arrived."""
+
+    kind: str  # "iteration" or "checkpoint"
     iteration: int
-    wall_offset: float
+    metrics: dict[str, Any] = field(default_factory=dict)
+    states: dict[int, Any] = field(default_factory=dict)
 
-    @property
-    def policy(self) -> nn.Module: ...
 
-    @property
-    def env_steps(self) -> int: ...
+StatsSink = Callable[[torch.Tensor, dict[int, torch.Tensor]], None]
+"""``(summed sums row, {worker: its whole statistics row})``, packed by the ``StatsLayout``."""
 
-    @property
-    def stats_layout(self) -> StatsLayout:
-        """The statistics each collecting rank contributes per iteration."""
+
+class ServerLink(Protocol):
+    """The serving rank of a parameter server (``runner.roles.serve``)."""
+
+    def serve(
+        self, on_stats: StatsSink, start_iteration: int, should_stop: Callable[[], bool]
+    ) -> Iterator[ServerEvent]:
+        """Apply what the workers send until they finish; ``on_stats`` takes in each
+        statistics message, ``should_stop`` is the algorithm's early stop on what it took in."""
         ...
 
-    @property
-    def done(self) -> bool:
-        """Max iterations reached, or the algorithm's agreed early stop."""
+    def release(self) -> list[str]:
+        """After the loop: what is left to say, then the dropped workers are told to leave
+        (one line each for any that did not)."""
         ...
 
-    @property
-    def stop_early(self) -> bool:
-        """The algorithm's early stop on the statistics this rank holds."""
+
+class LearnerLink(Protocol):
+    """A learner that trains on its actors' rollouts (``runner.roles.learn_from_actors``)."""
+
+    version: int
+    """The version of the weights it last pushed (the iteration, on-policy)."""
+
+    def receive_rollouts(self, rollouts: RemoteRollouts) -> None:
+        """One rollout from every live actor, side by side in ``rollouts``."""
+
+    def push_weights(self) -> None:
+        """The new parameters to every actor."""
+
+    def learner_states(self, iteration: int, own: Any) -> list[Any] | None:
+        """Every rank's checkpoint state for ``iteration``, indexed by rank, on rank 0."""
         ...
 
-    def finished(self) -> None:
-        """After the last iteration: the algorithm says why it stopped (an early stop)."""
-
-    def train(self) -> dict[str, Any]:
-        """The loop of a rank that collects and learns: ``iterate()`` until done, then the
-        replica check and ``strategy.finish()``."""
+    def take_metrics(self) -> dict[str, Any]:
+        """This iteration's lag, drop and weight-sync figures (``messages``: lines to say)."""
         ...
 
-    def iterate(self) -> dict[str, Any]:
-        """One whole iteration of a rank that collects and learns (logged, checkpointed when
-        due); returns its record."""
+    def release(self) -> list[str]:
+        """After ``finish``: the dropped actors are told to leave (a line for any that did not)."""
         ...
 
-    def schedule_lr(self) -> None: ...
 
-    def absorb_stats(self, sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
-        """Server side: the summed ``sums`` row and each worker's whole row, as
-        ``stats_layout`` packs them; the runner merges what it keeps (normalizers, episodes)."""
+class ActorLink(Protocol):
+    """A rank that only collects (``runner.roles.act``)."""
 
-    def served_env_steps(self, worker_iterations: dict[int, int]) -> int:
-        """Server side: env steps of every worker so far, from their completed iterations
-        (and what ``absorb_stats`` took in)."""
-        ...
+    lag_bound: int
+    """How many versions behind the iteration its weights may be (0: on-policy)."""
+    version: int
+    """The version of the weights it holds."""
 
-    def server_metrics(self) -> dict[str, Any]:
-        """Server side: the episode and value figures of what ``absorb_stats`` took in."""
-        ...
+    def await_weights(self, needed: int) -> None:
+        """Block until the weights held are at least version ``needed``."""
 
-    def rank_state(self) -> dict[str, Any]: ...
+    def send_rollout(self, collector: Collector, iteration: int, seconds: float) -> None: ...
 
-    def save(self, wall_time: float, ranks: list[Any] | None = None) -> Path | None: ...
+    def send_state(self, iteration: int, state: Any) -> None:
+        """This rank's checkpoint state for ``iteration``, to its learner."""
 
-    def checkpoint_due(self) -> bool: ...
 
-    def checkpoint(self, wall_time: float, skipped: int) -> None: ...
+@dataclass(frozen=True)
+class Links:
+    """The link a strategy gives this rank's role; none for a rank that collects and learns."""
 
-    def wall_time(self) -> float:
-        """Seconds of training so far, a resumed run's earlier time included."""
-        ...
-
-    def log(self, record: dict[str, Any]) -> None: ...
-
-    def message(self, text: str) -> None: ...
+    server: ServerLink | None = None
+    learner: LearnerLink | None = None
+    actor: ActorLink | None = None

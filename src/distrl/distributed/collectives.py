@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from distrl.distributed.base import Agreed, RunnerParts
+from distrl.distributed.base import Agreed, Links
 from distrl.distributed.context import DistContext, heartbeat, peer_failure
 
 
@@ -41,6 +41,7 @@ class Collectives:
         # Defaults of the Strategy protocol for a strategy whose every rank collects and learns
         self.stop_requested = False
         self.stats_agreed = True
+        self.links = Links()  # every rank collects and learns: no link
 
     @property
     def num_collectors(self) -> int:
@@ -49,10 +50,6 @@ class Collectives:
     @property
     def collector_index(self) -> int:
         return self.rank
-
-    def run(self, runner: RunnerParts) -> dict[str, Any]:
-        """One role: collect and learn (the runner's own loop)."""
-        return runner.train()
 
     # ---- timing ---------------------------------------------------------------------------
     @property

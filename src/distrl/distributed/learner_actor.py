@@ -40,7 +40,7 @@ import contextlib
 import datetime
 import time
 from collections import deque
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -49,7 +49,7 @@ from torch import nn
 from distrl.algorithms.ppo import GradientLearner
 from distrl.config import TrainConfig
 from distrl.distributed.allreduce import AllReduceStrategy, verify_identical
-from distrl.distributed.base import Roles, RunnerParts
+from distrl.distributed.base import Links, Roles
 from distrl.distributed.collectives import Collectives
 from distrl.distributed.context import (
     DistContext,
@@ -71,12 +71,12 @@ from distrl.distributed.param_server import (
     unpack64,
 )
 from distrl.distributed.routing import RoutingTable, routing_table
+from distrl.storage.rollout import WINDOW
 
 # learner -> actor header kinds
 WEIGHTS, BYE, ABORT = 1, 2, 3
 # actor -> learner kinds
 ROLLOUT, STATE, DONE = 1, 2, 3
-WINDOW_ROWS = 100  # runner/collector.WINDOW (not imported: distributed/ stays below runner/)
 
 
 class RolloutCodec:
@@ -97,7 +97,7 @@ class RolloutCodec:
             ),
             "last_obs": N * obs_dim,
             "ret": 6,
-            "window": WINDOW_ROWS * 3,
+            "window": WINDOW * 3,
         }
         self.numel = sum(self.sizes.values())
 
@@ -119,7 +119,7 @@ class RolloutCodec:
             piece = payload[off : off + n]
             off += n
             if name == "window":
-                return piece.view(WINDOW_ROWS, 3).clone(), ret
+                return piece.view(WINDOW, 3).clone(), ret
             if name == "last_obs":
                 obs[cols] = piece.view(self.N, self.obs_dim).to(obs.device)
                 continue
@@ -137,8 +137,8 @@ def merge_windows(windows: list[torch.Tensor]) -> torch.Tensor:
     empty slot), as one window."""
     rows = torch.cat(windows)
     rows = rows[rows[:, 2] >= 0]
-    rows = rows[torch.argsort(rows[:, 2], stable=True)][-WINDOW_ROWS:]
-    pad = torch.full((WINDOW_ROWS - rows.shape[0], 3), -1.0)
+    rows = rows[torch.argsort(rows[:, 2], stable=True)][-WINDOW:]
+    pad = torch.full((WINDOW - rows.shape[0], 3), -1.0)
     return torch.cat([pad, rows])
 
 
@@ -146,36 +146,6 @@ def sync_numels(ppo: GradientLearner, policy: nn.Module) -> tuple[list[int], int
     """The weight vector's tensors: every parameter, then the buffers as float64 words."""
     words = 2 * sum(b.numel() for b in policy.buffers())
     return [p.numel() for p in ppo.params] + ([words] if words else []), words
-
-
-@runtime_checkable
-class OnPolicyParts(RunnerParts, Protocol):
-    """What the learner and actor loops need beyond the shared parts: an on-policy runner's
-    collector (actors), remote rollouts and learner (learners), and its
-    ``collect``/``learn_step``/``record``. (``distributed/`` does not import ``runner/``.)"""
-
-    collector: Any
-    """The actor's own ``Collector``."""
-    remote: Any
-    """The learner's ``RemoteRollouts``: its actors' rollouts side by side."""
-    learner: Any
-
-    @property
-    def steps_per_iteration(self) -> int: ...
-
-    def collect(self) -> None: ...
-
-    def learn_step(self) -> dict[str, Any]: ...
-
-    def record(
-        self,
-        t0: float,
-        metrics: dict[str, Any],
-        t_rollout: float | None,
-        comm: float,
-        sync: float,
-        steps: int,
-    ) -> dict[str, Any]: ...
 
 
 class LearnerActor(Collectives):
@@ -199,6 +169,7 @@ class LearnerActor(Collectives):
             learner=self.is_learner,
             remote_rollouts=len(self.mine) if self.is_learner else 0,
         )
+        self.links = Links(learner=self) if self.is_learner else Links(actor=self)
         self.seed_rank = ctx.rank if self.is_learner else ctx.rank - L
         self.lag_bound = cfg.dist.max_policy_lag if cfg.dist.sync == "async" else 0
         # Every rank creates every group, in the same order. Object collectives get a group of
@@ -542,83 +513,6 @@ class LearnerActor(Collectives):
                 ranks[r] = s
         return ranks
 
-    # ---- the role loops ------------------------------------------------------------------------
-    def run(self, runner: RunnerParts) -> dict[str, Any]:
-        """Learners train on their actors' rollouts; actors collect and ship them."""
-        if not isinstance(runner, OnPolicyParts):
-            raise TypeError(
-                f"--dist.strategy learner-actor ships fixed-length rollouts: it runs on-policy "
-                f"PPO, not {type(runner).__name__}"
-            )
-        self.version = runner.iteration  # fresh or resumed: every rank holds that version
-        return self._learn(runner) if self.is_learner else self._act(runner)
-
-    def _learn(self, runner: OnPolicyParts) -> dict[str, Any]:
-        """Learner: one rollout from each of its actors, the update (all-reduce among the
-        learners), a checkpoint when due, then the new weights to the actors."""
-        rollouts = runner.remote
-        self.take_times()
-        record: dict[str, Any] = {}
-        while not runner.done:
-            self.heartbeat(runner.iteration)
-            runner.schedule_lr()
-            t0 = time.perf_counter()
-            self.receive_rollouts(rollouts)
-            runner.learner.num_envs = rollouts.buffer.num_envs
-            t_wait = time.perf_counter() - t0
-            metrics = runner.learn_step()
-            t_update = time.perf_counter() - t0 - t_wait
-            runner.iteration += 1
-            if runner.checkpoint_due():
-                ranks = self.learner_states(runner.iteration, runner.rank_state())
-                skipped = metrics.get("train/skipped_updates", 0)
-                if skipped:
-                    runner.checkpoint(0.0, skipped)  # says why it does not save
-                elif self.is_main:  # the states were gathered to rank 0 among the learners
-                    runner.save(runner.wall_time(), ranks)
-            self.push_weights()
-            comm, _ = self.take_times()
-            extra = self.take_metrics()
-            for text in extra.pop("messages", []):
-                runner.message(text)
-            t_rollout = metrics.get("time/rollout_max")
-            steps = runner.steps_per_iteration
-            record = runner.record(t0, metrics, t_rollout, comm, 0.0, steps) | extra
-            record["time/learn"] = t_update - comm
-            runner.log(record)
-        self.verify_replicas(runner.policy)
-        self.finish()
-        for r in release_dropped(self.dropped, coordinator_wait(self.timeout) + 5.0):  # exit 0
-            runner.message(f"learner rank {self.rank}: dropped actor rank {r} did not leave")
-        return record
-
-    def _act(self, runner: OnPolicyParts) -> dict[str, Any]:
-        """Actor: wait for new enough weights, collect, send the rollout (and, when a checkpoint
-        is due, this rank's state) to its learner."""
-        collector = runner.collector
-        record: dict[str, Any] = {}
-        while not runner.done:
-            self.heartbeat(runner.iteration)
-            t0 = time.perf_counter()
-            self.await_weights(runner.iteration - self.lag_bound)
-            t1 = time.perf_counter()
-            runner.collect()
-            collector.episode_window(runner.iteration)
-            t_rollout = time.perf_counter() - t1
-            self.send_rollout(collector, runner.iteration, t_rollout)
-            runner.iteration += 1
-            if runner.checkpoint_due():
-                self.send_state(runner.iteration, runner.rank_state())
-            record = {
-                "iteration": runner.iteration,
-                "dist/version": self.version,
-                "time/weight_wait": t1 - t0,
-                "time/rollout": t_rollout,
-            }
-            runner.log(record)  # non-main ranks log nothing; hooks see every rank
-        self.finish()  # the final weights arrive here
-        return record | {"dist/version": self.version}
-
     # ---- metrics -----------------------------------------------------------------------------
     def _fresh(self) -> dict[str, Any]:
         return {"lags": [], "dropped": 0, "sync_time": 0.0, "sync_bytes": 0, "wait": 0.0}
@@ -662,6 +556,15 @@ class LearnerActor(Collectives):
         while self.byes < set(self.learners):
             self._pump_weights(block=True)
         self._up(DONE, torch.zeros(1))
+
+    def release(self) -> list[str]:
+        """Learner, after ``finish``: its dropped actors leave (exit 0) instead of holding
+        torchrun's agent; a line for each that did not."""
+        wait = coordinator_wait(self.timeout) + 5.0
+        return [
+            f"learner rank {self.rank}: dropped actor rank {r} did not leave"
+            for r in release_dropped(self.dropped, wait)
+        ]
 
     def _abort(self, error: BaseException) -> None:
         """Learner: tell every actor which learner failed (best effort) before stopping."""

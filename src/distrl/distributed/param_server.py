@@ -54,7 +54,14 @@ from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner
 from distrl.config import TrainConfig
-from distrl.distributed.base import Agreed, Roles, RunnerParts, StatsLayout
+from distrl.distributed.base import (
+    Agreed,
+    Links,
+    Roles,
+    ServerEvent,
+    StatsLayout,
+    StatsSink,
+)
 from distrl.distributed.collectives import Collectives
 from distrl.distributed.context import (
     DistContext,
@@ -226,6 +233,8 @@ class ParameterServer(Collectives):
         self.name = f"ps-{mode}"
         server = ctx.rank == SERVER
         self.roles = Roles(collector=not server, learner=not server, server=server)
+        if server:
+            self.links = Links(server=self)
         self.workers = list(range(1, self.world_size))
         self.inbox: Inbox | None = None
         self.version = 0  # parameter version this worker holds (server: the newest)
@@ -454,84 +463,31 @@ class ParameterServer(Collectives):
         self._up(DONE, torch.zeros(1), iteration=self._iteration + 1)
         self._receive(BYE)
 
-    # ---- the role loops ------------------------------------------------------------------------
-    def run(self, runner: RunnerParts) -> dict[str, Any]:
-        """Workers collect and learn as under allreduce; the server serves."""
-        return self._serve(runner) if self.roles.server else runner.train()
-
-    def _serve(self, runner: RunnerParts) -> dict[str, Any]:
-        """The server role: apply what the workers send until they finish; one record per
-        iteration that every live worker completed; checkpoints when every live worker's state
-        has arrived."""
-        last_steps = runner.env_steps
-
-        def on_stats(sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
-            runner.absorb_stats(sums, rows)
-
-        record: dict[str, Any] = {}
-        stop = lambda: runner.stop_early  # noqa: E731 (the server's agreed view)
-        for event in self.serve(on_stats, runner.iteration, stop):
-            if event.kind == "checkpoint":
-                ranks = [event.states.get(r, {}) for r in range(self.world_size)]
-                runner.iteration = max(runner.iteration, event.iteration)
-                runner.save(runner.wall_time(), ranks)
-                continue
-            m = event.metrics
-            for text in m.pop("messages", []):
-                runner.message(text)
-            runner.iteration = event.iteration
-            runner.schedule_lr()
-            served = runner.server_metrics()  # before the steps: it counts what it absorbed
-            steps = runner.served_env_steps(m.pop("worker_iterations"))
-            t_iter = m.pop("time/iteration")
-            record = {
-                "iteration": runner.iteration,
-                "env_steps": steps,
-                "wall_time": runner.wall_time(),
-                "perf/sps": (steps - last_steps) / max(t_iter, 1e-9),
-                "time/iteration": t_iter,
-                **served,
-                "time/learn": t_iter - m["dist/server_wait"],
-                "time/comm": m["dist/server_wait"],
-                "time/sync": None,
-                **m,
-            }
-            last_steps = steps
-            runner.log(record)
-        for text in self._loop.messages:  # said after the last record
-            runner.message(text)
-        runner.finished()
-        self._release(self._loop.dropped, runner)
-        return record
-
-    def _release(self, dropped: dict[int, str], runner: RunnerParts) -> None:
-        """Dropped workers leave (exit 0) instead of holding torchrun's agent forever."""
-        for r in release_dropped(dropped, wait=coordinator_wait(self.timeout) + 5.0):
-            runner.message(
+    # ---- the server's link (runner.roles.serve) --------------------------------------------
+    def release(self) -> list[str]:
+        """After the loop: its last messages, then the dropped workers are told to leave (exit 0)
+        instead of holding torchrun's agent forever."""
+        out = list(self._loop.messages)
+        wait = coordinator_wait(self.timeout) + 5.0
+        for r in release_dropped(self._loop.dropped, wait=wait):
+            out.append(
                 f"parameter server: dropped rank {r} did not leave; the launcher waits for it "
                 f"(end it with kill if it is stopped on another machine)"
             )
+        return out
 
     def serve(
         self,
-        on_stats: Callable[[torch.Tensor, dict[int, torch.Tensor]], None],
+        on_stats: StatsSink,
         start_iteration: int = 0,
         should_stop: Callable[[], bool] = lambda: False,
     ) -> Iterator[ServerEvent]:
         """The server loop; yields an event per completed iteration and per checkpoint.
 
-        ``on_stats(summed sums, {worker: its whole statistics row})`` lets the runner merge the
-        normalizer and keep episode windows (``RunnerParts.absorb_stats``)."""
+        ``on_stats(summed sums, {worker: its whole statistics row})`` lets the algorithm take
+        in the statistics (``Runner.absorb``: normalizers, episode windows, counts)."""
         self._loop = _ServerLoop(self, on_stats, start_iteration, should_stop)
         return self._loop.run()
-
-
-@dataclass
-class ServerEvent:
-    kind: str  # "iteration" or "checkpoint"
-    iteration: int
-    metrics: dict[str, Any] = field(default_factory=dict)
-    states: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -544,7 +500,7 @@ class _ServerLoop:
     def __init__(
         self,
         ps: ParameterServer,
-        on_stats: Callable[[torch.Tensor, dict[int, torch.Tensor]], None],
+        on_stats: StatsSink,
         start_iteration: int,
         should_stop: Callable[[], bool],
     ):
@@ -840,7 +796,6 @@ class _ServerLoop:
             "dist/server_wait": acc["wait"],
             "dist/workers": len(self.live),
             "time/iteration": now - acc["t0"],
-            "worker_iterations": dict(self.completed),
         }
         if self.messages:
             out["messages"] = list(self.messages)

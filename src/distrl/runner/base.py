@@ -1,19 +1,20 @@
-"""The runner skeleton every algorithm shares: seeding, the iteration of a rank that collects
-and learns, its record, logging, hooks and checkpoints. ``learn()`` hands the rank to its
-strategy (``strategy.run(self)``), whose role loops are built from these parts; the strategy is
-handed in and never built here.
+"""The runner skeleton every algorithm shares: seeding, the steps of one iteration, its record,
+logging, hooks and checkpoints. ``learn()`` runs this rank's role loop (``runner/roles.py``):
+collect and learn, serve, learn from actors, or act; every role is built from the steps here.
+The strategy is handed in and never built here.
 
 The algorithm is the other plug-in axis: a subclass supplies what one iteration collects and
 how it learns from it (``OnPolicyRunner``: PPO with GAE over fixed-length rollouts;
-``EpisodicRunner``: multi-task RLOO over exact episode counts), its statistics layout, and what
-it adds to a checkpoint. Neither axis knows the other: any algorithm runs under any strategy
-that ``distributed/strategies.check_strategy`` does not refuse.
+``EpisodicRunner``: multi-task RLOO over exact episode counts), its statistics layout, how it
+takes in agreed statistics (``absorb``, the same on a collecting rank and on a parameter
+server) and what it adds to a checkpoint. Neither axis knows the other: any algorithm runs
+under any strategy that ``distributed/strategies.check_strategy`` does not refuse.
 
-    def iterate(self):                          # one iteration of a collecting learner
-        strategy.heartbeat(it); schedule_lr()
+    def iterate(self):                          # one iteration of a rank that collects and learns
+        begin()                                 # heartbeat, LR schedule
         collect()                               # algorithm: rollout or episodes
         metrics = learn_step()                  # algorithm: advantages, agreed stats, update
-        record = ...; log(record); checkpoint when due
+        iteration += 1; log(record(...)); checkpoint when due
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ import torch
 from distrl import checkpoint as ckpt
 from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig, to_dict
-from distrl.distributed.base import StatsLayout, Strategy
+from distrl.distributed.base import Agreed, StatsLayout, Strategy
 from distrl.distributed.context import rank_seed
 from distrl.evaluation import BEST, Evaluator
 from distrl.policy import ActorCritic
+from distrl.runner import roles
+from distrl.runner.collector import Collector, RemoteRollouts
 from distrl.runner.hooks import HOOKS, Hooks
 from distrl.telemetry import Telemetry
 
@@ -47,10 +50,14 @@ def seed_everything(seed: int) -> None:
 
 
 class Runner(ABC):
-    """The shared parts (``distributed.base.RunnerParts``); subclasses are the algorithms."""
+    """The steps every role loop is built from; subclasses are the algorithms."""
 
     policy: ActorCritic
     ppo: PPO
+    collector: Collector | None = None
+    """This rank's own envs (a rank that collects fixed-length rollouts)."""
+    remote: RemoteRollouts | None = None
+    """Other ranks' rollouts side by side (a learner of learner-actor)."""
 
     def __init__(
         self,
@@ -105,15 +112,15 @@ class Runner(ABC):
     @abstractmethod
     def load_rank_state(self, mine: dict[str, Any]) -> None: ...
 
-    def absorb_stats(self, sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
-        """Server side of a parameter server: see ``RunnerParts.absorb_stats``."""
-        raise NotImplementedError(f"{type(self).__name__} cannot run under a parameter server")
+    @abstractmethod
+    def absorb(self, agreed: Agreed) -> None:
+        """Take in agreed statistics: ``learn_step`` hands it what ``reduce_stats`` returned, a
+        parameter server each statistics message of its workers (``StatsLayout.agreed``). The
+        algorithm merges its normalizers and counts env steps and episodes here."""
 
-    def server_metrics(self) -> dict[str, Any]:
-        raise NotImplementedError(f"{type(self).__name__} cannot run under a parameter server")
-
-    def served_env_steps(self, worker_iterations: dict[int, int]) -> int:
-        raise NotImplementedError(f"{type(self).__name__} cannot run under a parameter server")
+    @abstractmethod
+    def summary(self) -> dict[str, Any]:
+        """The episode (or task) figures of what ``absorb`` took in since the last summary."""
 
     @property
     def stop_early(self) -> bool:
@@ -123,11 +130,11 @@ class Runner(ABC):
     def close(self) -> None:  # noqa: B027 (optional: not every algorithm holds envs)
         """Release the envs."""
 
-    # ---- the loop -------------------------------------------------------------------------
+    # ---- the steps of an iteration --------------------------------------------------------
     def learn(self) -> dict[str, Any]:
-        """Train until done: this rank's roles, as its strategy runs them."""
+        """Train until done: this rank's role loop (``runner/roles.py``)."""
         self._start = time.perf_counter() - self.wall_offset
-        return self.strategy.run(self)
+        return roles.run(self)
 
     @property
     def done(self) -> bool:
@@ -135,32 +142,24 @@ class Runner(ABC):
             return True
         return self.iteration >= self.cfg.agent.max_iterations or self.stop_early
 
-    def train(self) -> dict[str, Any]:
-        """The loop of a rank that collects and learns (every rank under allreduce, the
-        workers of a parameter server)."""
-        record: dict[str, Any] = {}
-        self.strategy.take_times()
-        while not self.done:
-            record = self.iterate()
-        self.finished()
-        self.strategy.verify_replicas(self.policy)
-        self.strategy.finish()
-        return record
+    def begin(self) -> None:
+        """Liveness (this rank entered the iteration) and the LR schedule."""
+        self.strategy.heartbeat(self.iteration)
+        self.schedule_lr()
 
     def iterate(self) -> dict[str, Any]:
-        """One iteration: collect, learn, log, checkpoint when due. Public so that benchmarks
-        time exactly what training runs."""
-        strategy = self.strategy
-        strategy.heartbeat(self.iteration)
-        self.schedule_lr()
+        """One iteration of a rank that collects and learns: collect, learn, log, checkpoint
+        when due. Public so that benchmarks time exactly what training runs."""
+        self.begin()
         steps_before = self.env_steps
         t0 = time.perf_counter()
         self.collect()
         t_rollout = time.perf_counter() - t0
         metrics = self.learn_step()
-        comm, sync = strategy.take_times()
+        comm, sync = self.strategy.take_times()
         self.iteration += 1
-        record = self.record(t0, metrics, t_rollout, comm, sync, self.env_steps - steps_before)
+        steps = self.env_steps - steps_before
+        record = self.record(time.perf_counter() - t0, metrics, steps, t_rollout, comm, sync)
         self.log(record)
         if self.checkpoint_due():
             self.checkpoint(record["wall_time"], metrics.get("train/skipped_updates", 0))
@@ -174,26 +173,28 @@ class Runner(ABC):
 
     def record(
         self,
-        t0: float,
+        t_iter: float,
         metrics: dict[str, Any],
-        t_rollout: float | None,
-        comm: float,
-        sync: float,
         steps: int,
+        rollout: float | None = None,
+        comm: float = 0.0,
+        sync: float | None = None,
+        learn: float | None = None,
     ) -> dict[str, Any]:
-        """One iteration's metrics.jsonl record: the common keys, then ``metrics``. time/learn
-        is the iteration's time outside the rollout and outside collectives."""
-        now = time.perf_counter()
-        t_iter = now - t0
+        """One iteration's metrics.jsonl record, for every role: the common keys, then
+        ``metrics``. ``steps``: env steps this iteration; time/learn is the iteration's time
+        outside the rollout and outside collectives unless ``learn`` says otherwise."""
+        if learn is None:
+            learn = t_iter - (rollout or 0.0) - comm - (sync or 0.0)
         return {
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "wall_time": self.wall_time(),
             "unix_time": time.time(),  # when the record was made: start-up included timings
-            "perf/sps": steps / t_iter,
+            "perf/sps": steps / max(t_iter, 1e-9),
             "time/iteration": t_iter,
-            "time/rollout": t_rollout,
-            "time/learn": t_iter - (t_rollout or 0.0) - comm - sync,
+            "time/rollout": rollout,
+            "time/learn": learn,
             "time/comm": comm,
             "time/sync": sync if self.strategy.measures_sync else None,
             **metrics,
@@ -251,8 +252,8 @@ class Runner(ABC):
     def checkpoint_due(self) -> bool:
         return self.iteration % self.cfg.agent.save_interval == 0 or self.done
 
-    def checkpoint(self, wall_time: float, skipped: int) -> None:
-        """Every rank calls this at a save point; rank 0 writes."""
+    def checkpoint(self, wall_time: float, skipped: int, ranks: list[Any] | None = None) -> None:
+        """Every rank calls this at a save point; rank 0 writes (``ranks``: as ``save``)."""
         # Never checkpoint right after updates skipped for NaN/Inf: the skip decision is global
         # (one combined flag), so every rank agrees to skip the save as well.
         if skipped:
@@ -261,7 +262,7 @@ class Runner(ABC):
                 f"update(s) were skipped for non-finite loss or gradients"
             )
         else:
-            self.save(wall_time)
+            self.save(wall_time, ranks)
         self.strategy.take_times()  # the checkpoint's gather is not the next iteration's time
 
     def save(self, wall_time: float, ranks: list[Any] | None = None) -> Path | None:

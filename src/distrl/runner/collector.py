@@ -10,9 +10,7 @@ import torch
 from distrl import checkpoint as ckpt
 from distrl.envs.core import VecEnv
 from distrl.policy import ActorCritic, Moments
-from distrl.storage.rollout import RolloutBuffer
-
-WINDOW = 100  # episode statistics over the last 100 completed episodes (SB3's convention)
+from distrl.storage.rollout import WINDOW, RolloutBuffer
 
 
 class NonFiniteEnvError(RuntimeError):

@@ -33,7 +33,7 @@ from distrl.algorithms.bc import bc_loss
 from distrl.algorithms.ppo import PPO
 from distrl.algorithms.rloo import EpisodeAdvantages, rloo_advantages, rloo_policy_loss
 from distrl.config import TrainConfig
-from distrl.distributed.base import StatsLayout, Strategy
+from distrl.distributed.base import Agreed, StatsLayout, Strategy
 from distrl.distributed.sharding import (
     GradientWeights,
     TaskSchedule,
@@ -90,7 +90,7 @@ class EpisodicRunner(Runner):
         self.task_success = torch.full((T,), math.nan, dtype=torch.float64)  # latest, global
         self.task: int | None = None  # the current iteration's task and episodes (hooks read them)
         self.batch: EpisodeBatch | None = None
-        self._served: dict[str, torch.Tensor] | None = None  # a parameter server's counts
+        self._served: dict[str, torch.Tensor] | None = None  # absorbed, not yet summarized
         self.demo_obs, self.demo_actions = self._demo_steps(dev)
         # --multitask.self-imitation: this rank's newest successful steps per task (obs, actions)
         self.own: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -210,9 +210,8 @@ class EpisodicRunner(Runner):
         if mt.self_imitation:
             self.remember(task, batch)
         metrics = self.update(batch, adv, scale, kept_total)
-        if self.policy.normalizer.enabled:  # count-weighted merge across ranks
-            self.policy.normalizer.update(Moments.from_flat_sum(counts["obs"]))
-        metrics |= self.task_metrics(counts, w.task_shares)
+        self.absorb(agreed)
+        metrics |= self.summary()
         for h in self.hooks:
             h.after_update(self, metrics)
         return metrics
@@ -228,24 +227,24 @@ class EpisodicRunner(Runner):
             len(self.task_names), C, self.iteration, kept_per_rank, self.mt.balance, tasks
         )
 
-    # ---- the server's view (parameter server) ----------------------------------------------
-    def absorb_stats(self, sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
-        """The server merges the workers' observation moments and adds up their counts until
-        the next record (under ps-asp one worker's statistics arrive at a time)."""
-        named = self.stats_layout.unpack_sums(sums)
+    # ---- agreed statistics (a collecting rank's reduce_stats, a server's messages) ----------
+    def absorb(self, agreed: Agreed) -> None:
+        """The normalizer merges the observation moments (count-weighted across ranks); the
+        counts add up until the next ``summary`` (a parameter server may take in several
+        workers' messages, one at a time under ps-asp, before it records an iteration)."""
+        named = dict(agreed.sums)
         if self.policy.normalizer.enabled:
             self.policy.normalizer.update(Moments.from_flat_sum(named.pop("obs")))
+        named.pop("obs", None)
+        self._env_steps += int(named["env_steps"].sum())
         pending = self._served
         self._served = {k: v.clone() + (pending[k] if pending else 0) for k, v in named.items()}
 
-    def server_metrics(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
         counts, self._served = self._served, None
         if counts is None:
             return {}
         return self.task_metrics(counts, self.weights(counts).task_shares)
-
-    def served_env_steps(self, worker_iterations: dict[int, int]) -> int:
-        return self._env_steps
 
     def remember(self, task: int, batch: EpisodeBatch) -> None:
         """Keep the steps of ``batch``'s successful episodes for the demonstrations term, the
@@ -340,7 +339,6 @@ class EpisodicRunner(Runner):
         self.streak = (
             self.streak + 1 if target is not None and suite is not None and suite >= target else 0
         )
-        self._env_steps += int(counts["env_steps"].sum())
         return {
             "success": float(counts["successes"].sum()) / total,
             "success/suite": suite,

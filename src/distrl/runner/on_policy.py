@@ -3,11 +3,12 @@
 
 One iteration of a rank that collects and learns (``Runner.iterate``): a rollout (the
 ``Collector`` role), NaN/Inf check, hooks, GAE, one exchange that agrees on everything besides
-the gradients (the batch statistics, the observation and return moments, every collector's
-episode window and rollout time: ``Strategy.reduce_stats`` through ``stats_layout``), the PPO
-update with the strategy combining each minibatch (the ``Learner`` role), the normalizers. The
-loop is the same for 1 and W ranks; the strategy runs the loops of its other roles (a
-parameter server, learner-actor's learners and actors) from the same parts.
+the gradients (the batch statistics, the env steps, the observation and return moments, every
+collector's episode window and rollout time: ``Strategy.reduce_stats`` through
+``stats_layout``), the PPO update with the strategy combining each minibatch (the ``Learner``
+role), then ``absorb``: the normalizers, the env-step count, the episode windows. The loop is
+the same for 1 and W ranks; the other roles (a parameter server, learner-actor's learners and
+actors: ``runner/roles.py``) are built from the same steps.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import torch
 
 from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig
-from distrl.distributed.base import StatsLayout, Strategy
+from distrl.distributed.base import Agreed, StatsLayout, Strategy
 from distrl.envs.core import VecEnv
 from distrl.policy import ActorCritic, Moments
 from distrl.runner.base import Runner
 from distrl.runner.collector import (  # noqa: F401 (the errors are part of this module's API)
-    WINDOW,
     Collector,
     EnvStepError,
     NonFiniteEnvError,
@@ -34,7 +34,7 @@ from distrl.runner.collector import (  # noqa: F401 (the errors are part of this
 )
 from distrl.runner.hooks import Hooks
 from distrl.runner.learner import Learner, restore_generator
-from distrl.storage.rollout import RolloutBuffer
+from distrl.storage.rollout import WINDOW, RolloutBuffer
 from distrl.telemetry import Telemetry
 
 
@@ -68,8 +68,10 @@ class OnPolicyRunner(Runner):
             )
         elif roles.learner:
             self.remote = RemoteRollouts(env, cfg.agent.num_steps, slots, env.device)
-        # what the parameter server's own runner keeps of its workers' statistics
-        self._served: dict[str, Any] = {"times": {}, "windows": {}, "ev": None}
+        self._env_steps = 0  # every collector's, from the agreed statistics (absorb)
+        # what absorb keeps for summary: each collector's rollout time and episode window (by
+        # rank), and the batch's explained variance
+        self._seen: dict[str, Any] = {"times": {}, "windows": {}, "ev": None}
         strategy.setup(self.policy, self.ppo)
 
     # ---- counters ------------------------------------------------------------------------
@@ -98,7 +100,7 @@ class OnPolicyRunner(Runner):
 
     @property
     def env_steps(self) -> int:
-        return self.iteration * self.steps_per_iteration
+        return self._env_steps
 
     # ---- one iteration ----------------------------------------------------------------------
     def rollout(self) -> None:
@@ -115,7 +117,7 @@ class OnPolicyRunner(Runner):
     @property
     def stats_layout(self) -> StatsLayout:
         obs = 1 + 2 * self.env.obs_dim  # Moments.to_flat: count, sum, sum of squares
-        sums = {"batch": (7,), "obs": (obs,)}
+        sums = {"batch": (7,), "env_steps": (1,), "obs": (obs,)}
         if self.policy.reward_norm is not None:
             sums["ret"] = (3,)
         if self.policy.popart is not None:
@@ -130,12 +132,14 @@ class OnPolicyRunner(Runner):
             h.before_update(self)
         c = self.rollouts
         buf = c.buffer
+        self.learner.num_envs = buf.num_envs  # a learner's live actors' rollouts side by side
         self.learner.advantages(buf, c.obs)
         popart = self.policy.popart
         if popart is not None:  # each task's advantages in its own units (previous statistics)
             buf.advantages = popart.scale_advantages(buf.advantages, buf.obs)
         rollout_time = torch.tensor([c.last_rollout_time], dtype=torch.float64)
-        sums = {"batch": PPO.batch_sums(buf), "obs": c.obs_moments()}
+        steps = torch.tensor([buf.num_steps * buf.num_envs], dtype=torch.float64)
+        sums = {"batch": PPO.batch_sums(buf), "env_steps": steps, "obs": c.obs_moments()}
         if self.policy.reward_norm is not None:  # (learner-actor: the actors' moments, summed)
             sums["ret"] = c.return_moments()
         if popart is not None:  # the value targets' moments per task
@@ -147,46 +151,36 @@ class OnPolicyRunner(Runner):
         if popart is not None:  # before the update: it trains on targets normalized by these
             popart.update(agreed.sums["popart"], self.policy.value_head())
         metrics = self.learner.update(buf, agreed.sums["batch"], self.strategy)
-        self.merge_moments(agreed.sums["obs"], agreed.sums.get("ret"))
-        metrics |= episode_summary(agreed.gathered["rollout_time"], agreed.gathered["episodes"])
+        self.absorb(agreed)
+        metrics |= self.summary()
         for h in self.hooks:
             h.after_update(self, metrics)
         return metrics
 
-    def merge_moments(self, obs: torch.Tensor, ret: torch.Tensor | None) -> None:
-        """The normalizers take in the moments summed over every collector (count-weighted)."""
+    def absorb(self, agreed: Agreed) -> None:
+        """The normalizers take in the moments summed over every collector (count-weighted);
+        the env steps add up; each collector's rollout time and episode window are kept (by
+        rank) for ``summary``, and the batch's explained variance."""
+        sums, seen = agreed.sums, self._seen
         if self.policy.normalizer.enabled:
-            self.policy.normalizer.update(Moments.from_flat_sum(obs))
-        if self.policy.reward_norm is not None and ret is not None:
-            self.policy.reward_norm.update(Moments.from_flat_sum(ret))
+            self.policy.normalizer.update(Moments.from_flat_sum(sums["obs"]))
+        if self.policy.reward_norm is not None and "ret" in sums:
+            self.policy.reward_norm.update(Moments.from_flat_sum(sums["ret"]))
+        self._env_steps += int(sums["env_steps"].sum())
+        seen["ev"] = PPO.batch_stats(sums["batch"])["explained_variance"]
+        times, windows = agreed.gathered["rollout_time"], agreed.gathered["episodes"]
+        for i, r in enumerate(agreed.ranks or range(times.shape[0])):
+            seen["times"][r], seen["windows"][r] = times[i], windows[i]
 
-    # ---- the server's view (parameter server) ----------------------------------------------
-    def absorb_stats(self, sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> None:
-        layout, seen = self.stats_layout, self._served
-        named = layout.unpack_sums(sums)
-        seen["ev"] = PPO.batch_stats(named["batch"])["explained_variance"]
-        self.merge_moments(named["obs"], named.get("ret"))
-        for w, row in rows.items():
-            mine = layout.unpack_gather(row)
-            seen["times"][w] = mine["rollout_time"]
-            seen["windows"][w] = mine["episodes"]
-
-    def served_env_steps(self, worker_iterations: dict[int, int]) -> int:
-        """Every worker's rollouts so far (under ps-asp they may be at different iterations)."""
-        return sum(worker_iterations.values()) * self.cfg.agent.num_steps * self.env.num_envs
-
-    def server_metrics(self) -> dict[str, Any]:
-        seen = self._served
-        times = list(seen["times"].values()) or [torch.zeros(1, dtype=torch.float64)]
-        windows = list(seen["windows"].values()) or [torch.full((WINDOW, 3), -1.0)]
+    def summary(self) -> dict[str, Any]:
+        """Episode return and length over the newest episodes of every collector's window, the
+        slowest rollout, the explained variance."""
+        seen = self._seen
+        ranks = sorted(seen["times"])
+        times = [seen["times"][r] for r in ranks] or [torch.zeros(1, dtype=torch.float64)]
+        windows = [seen["windows"][r] for r in ranks] or [torch.full((WINDOW, 3), -1.0)]
         episodes = episode_summary(torch.stack(times), torch.stack(windows))
-        return {
-            "episode_return_mean": episodes["episode_return_mean"],
-            "episode_length_mean": episodes["episode_length_mean"],
-            "time/rollout": episodes["time/rollout_max"],
-            "time/rollout_max": episodes["time/rollout_max"],
-            "explained_variance": seen["ev"],
-        }
+        return episodes | {"explained_variance": seen["ev"]}
 
     # ---- checkpoints -----------------------------------------------------------------------
     def algorithm_state(self) -> dict[str, Any]:
@@ -194,6 +188,7 @@ class OnPolicyRunner(Runner):
 
     def load_algorithm_state(self, state: dict[str, Any]) -> None:
         self.learner.load_state_dict(state)
+        self._env_steps = int(state["env_steps"])
 
     def rank_state(self) -> dict[str, Any]:
         """What differs per rank: the collector's state and this rank's minibatch shuffle."""

@@ -7,6 +7,10 @@ from typing import Any
 
 import torch
 
+WINDOW = 100
+"""Episode statistics are over each collector's last 100 completed episodes (SB3's convention):
+its window is [WINDOW, 3] rows of (return, length, completion key), key -1 for an empty slot."""
+
 
 @dataclass
 class Batch:

@@ -1,0 +1,172 @@
+"""The role loops: what one rank does every iteration, for the role its strategy gives it.
+
+Every role runs the same sequence, and each step of it is one ``Runner`` method shared by all:
+
+    liveness + LR schedule       runner.begin()
+    collect | receive            runner.collect() | link.receive_rollouts() | the server's events
+    learn | apply                runner.learn_step() (through strategy.step) | the server decides
+    count                        runner.iteration += 1
+    record                       runner.record(...)   (the one record builder)
+    log                          runner.log(record)   (evaluation on the main rank, hooks)
+    checkpoint when due          runner.checkpoint(...)
+
+=====================  =================================  ======================================
+role                   who                                 its link (``distributed.base.Links``)
+=====================  =================================  ======================================
+``collect_and_learn``  allreduce ranks, ps-* workers       none: ``strategy.step``/``reduce_stats``
+``serve``              a parameter server's rank 0          ``ServerLink``: iteration events
+``learn_from_actors``  learner-actor's learners             ``LearnerLink``: rollouts in, weights
+                                                            out, the actors' checkpoint states
+``act``                learner-actor's actors               ``ActorLink``: weights in, rollouts
+                                                            and checkpoint states out
+=====================  =================================  ======================================
+
+The strategy says which role a rank plays by the link it gives it; it holds no loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from distrl.distributed.base import ActorLink, LearnerLink, ServerLink
+
+if TYPE_CHECKING:  # annotations only: runner/base.py imports this module
+    from distrl.runner.base import Runner
+
+
+def run(runner: Runner) -> dict[str, Any]:
+    """This rank's whole training loop, for its role; returns the last record."""
+    links = runner.strategy.links
+    if links.server is not None:
+        return serve(runner, links.server)
+    if links.learner is not None:
+        return learn_from_actors(runner, links.learner)
+    if links.actor is not None:
+        return act(runner, links.actor)
+    return collect_and_learn(runner)
+
+
+def collect_and_learn(runner: Runner) -> dict[str, Any]:
+    """Every rank under allreduce, a parameter server's workers: ``Runner.iterate`` until done,
+    then the replica check and ``strategy.finish`` (a worker tells its server)."""
+    strategy = runner.strategy
+    record: dict[str, Any] = {}
+    strategy.take_times()
+    while not runner.done:
+        record = runner.iterate()
+    runner.finished()
+    strategy.verify_replicas(runner.policy)
+    strategy.finish()
+    return record
+
+
+def serve(runner: Runner, link: ServerLink) -> dict[str, Any]:
+    """A parameter server: apply what the workers send until they finish; one record per
+    iteration that every live worker completed; checkpoints when every live worker's state of
+    that iteration has arrived. The algorithm takes in each statistics message as a collecting
+    rank takes in ``reduce_stats`` (``Runner.absorb``) and decides the early stop."""
+    layout = runner.stats_layout
+    steps_before = runner.env_steps
+
+    def on_stats(sums: Any, rows: Any) -> None:
+        runner.absorb(layout.agreed(sums, rows))
+
+    record: dict[str, Any] = {}
+    stop = lambda: runner.stop_early  # noqa: E731 (the server's view of every worker)
+    for event in link.serve(on_stats, runner.iteration, stop):
+        if event.kind == "checkpoint":
+            ranks = [event.states.get(r, {}) for r in range(runner.strategy.world_size)]
+            runner.iteration = max(runner.iteration, event.iteration)
+            runner.save(runner.wall_time(), ranks)
+            continue
+        m = event.metrics
+        for text in m.pop("messages", []):
+            runner.message(text)
+        runner.iteration = event.iteration
+        runner.schedule_lr()
+        metrics = runner.summary() | m
+        t_iter, wait = m.pop("time/iteration"), m["dist/server_wait"]
+        steps, steps_before = runner.env_steps - steps_before, runner.env_steps
+        rollout = metrics.get("time/rollout_max")  # the workers' (none for episodic suites)
+        record = runner.record(t_iter, metrics, steps, rollout, comm=wait, learn=t_iter - wait)
+        runner.log(record)
+    runner.finished()
+    for text in link.release():
+        runner.message(text)
+    return record
+
+
+def learn_from_actors(runner: Runner, link: LearnerLink) -> dict[str, Any]:
+    """A learner: one rollout from each of its actors, the update (all-reduce among the
+    learners), the new weights to the actors, a checkpoint (with the actors' states) when due."""
+    rollouts = runner.remote
+    if rollouts is None:
+        raise TypeError(
+            f"--dist.strategy learner-actor ships fixed-length rollouts: it runs on-policy "
+            f"PPO, not {type(runner).__name__}"
+        )
+    strategy = runner.strategy
+    strategy.take_times()
+    link.version = runner.iteration  # fresh or resumed: every rank holds that version
+    record: dict[str, Any] = {}
+    while not runner.done:
+        runner.begin()
+        steps_before = runner.env_steps
+        t0 = time.perf_counter()
+        link.receive_rollouts(rollouts)
+        t_wait = time.perf_counter() - t0
+        metrics = runner.learn_step()
+        t_update = time.perf_counter() - t0 - t_wait
+        link.push_weights()
+        runner.iteration += 1
+        comm, _ = strategy.take_times()
+        extra = link.take_metrics()
+        for text in extra.pop("messages", []):
+            runner.message(text)
+        steps = runner.env_steps - steps_before
+        rollout = metrics.get("time/rollout_max")  # the slowest of its actors
+        record = runner.record(
+            time.perf_counter() - t0, metrics | extra, steps, rollout, comm, 0.0, t_update - comm
+        )
+        runner.log(record)
+        if runner.checkpoint_due():  # the states are gathered among the learners, to rank 0
+            ranks = link.learner_states(runner.iteration, runner.rank_state()) or []
+            runner.checkpoint(record["wall_time"], metrics.get("train/skipped_updates", 0), ranks)
+    runner.finished()
+    strategy.verify_replicas(runner.policy)
+    strategy.finish()
+    for text in link.release():
+        runner.message(text)
+    return record
+
+
+def act(runner: Runner, link: ActorLink) -> dict[str, Any]:
+    """An actor: wait for new enough weights, collect, send the rollout to its learner (and,
+    when a checkpoint is due, this rank's state). Its records stay on this rank (hooks)."""
+    collector = runner.collector
+    if collector is None:
+        raise TypeError(f"an actor collects: {type(runner).__name__} has no collector")
+    link.version = runner.iteration  # fresh or resumed: every rank holds that version
+    record: dict[str, Any] = {}
+    while not runner.done:
+        runner.begin()
+        t0 = time.perf_counter()
+        link.await_weights(runner.iteration - link.lag_bound)
+        t1 = time.perf_counter()
+        runner.collect()
+        collector.episode_window(runner.iteration)
+        t_rollout = time.perf_counter() - t1
+        link.send_rollout(collector, runner.iteration, t_rollout)
+        runner.iteration += 1
+        record = {
+            "iteration": runner.iteration,
+            "dist/version": link.version,
+            "time/weight_wait": t1 - t0,
+            "time/rollout": t_rollout,
+        }
+        if runner.checkpoint_due():  # before the hooks: a fault there must not lose the state
+            link.send_state(runner.iteration, runner.rank_state())
+        runner.log(record)  # non-main ranks log nothing; hooks see every rank
+    runner.strategy.finish()  # the final weights arrive here
+    return record | {"dist/version": link.version}

@@ -9,7 +9,7 @@ through the routing table (distributed/routing.py, LPT): built once from the par
 on rank 0 and broadcast, then replayed after every update, each learner ``isend``ing its
 assigned chunks and each actor receiving, per learner, exactly the chunks the table names.
 
-Transport (shared with the parameter server, distributed/param_server.py): raw float32
+Transport (``distributed/transport.py``, shared with the parameter server): raw float32
 messages with a header, no pickling in the hot path; one receiver thread per peer (``Inbox``)
 so that waits have deadlines and a dead peer's closed connection names it; sends with a
 timeout.
@@ -37,7 +37,6 @@ peer learner died tells its actors which one (ABORT) and stops.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import time
 from collections import deque
 from typing import Any
@@ -58,19 +57,20 @@ from distrl.distributed.context import (
     release_dropped,
     store_op,
 )
-from distrl.distributed.messages import ActorHeader, LearnerHeader, frame, kind_of
-from distrl.distributed.param_server import (
+from distrl.distributed.messages import ActorHeader, LearnerHeader, kind_of
+from distrl.distributed.routing import RoutingTable, routing_table
+from distrl.distributed.transport import (
     Inbox,
     bytes_payload,
     coordinator_wait,
+    framed_parts,
     from_bytes_payload,
     pack64,
     pair_groups,
     receiver,
-    to_parts,
+    send,
     unpack64,
 )
-from distrl.distributed.routing import RoutingTable, routing_table
 from distrl.storage.rollout import WINDOW
 
 # learner -> actor header kinds
@@ -288,9 +288,7 @@ class LearnerActor(Collectives):
         return self.pairs[(self.rank, peer) if self.is_learner else (peer, self.rank)]
 
     def _send(self, t: torch.Tensor, peer: int, tag: int = 0) -> None:
-        work = dist.isend(t.contiguous(), dst=peer, tag=tag, group=self._pair(peer))
-        assert work is not None  # None only for a rank outside the group
-        work.wait(datetime.timedelta(seconds=self.timeout))
+        send(t, peer, self._pair(peer), self.timeout, tag)
 
     def _receive_weights(self, learner: int) -> torch.Tensor:
         """Actor receiver thread: one header, then (WEIGHTS) this learner's chunks."""
@@ -383,19 +381,19 @@ class LearnerActor(Collectives):
     def _up(
         self, kind: int, payload: torch.Tensor, iteration: int = 0, seconds: float = 0.0
     ) -> None:
-        parts = to_parts(payload, self.capacity)
-        for i, part in enumerate(parts):
-            head = ActorHeader(
+        def header(part: int, parts: int, length: int) -> ActorHeader:
+            return ActorHeader(
                 kind,
                 sender=self.rank,
                 version=self.version,
                 iteration=iteration,
                 seconds=seconds,
-                part=i,
-                parts=len(parts),
-                length=part.numel(),
+                part=part,
+                parts=parts,
+                length=length,
             )
-            msg = frame(head, part, self.capacity)
+
+        for msg in framed_parts(payload, self.capacity, header):
             try:
                 t0 = time.perf_counter()
                 self._send(msg, self.my_learner)

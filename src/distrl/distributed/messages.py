@@ -6,7 +6,7 @@ capacity, so a receiver thread can post ``recv`` of a known size. Header integer
 float32 below 2**24 (versions, iterations and sample counts stay far below it); float fields are
 rounded to float32 (the learning rate and the decision statistics a server reports). Every
 header is written by ``frame`` and read by ``Header.read``: no code indexes a header by position.
-The transport (``Inbox`` threads, timed ``isend``) is in ``param_server.py``; the scheme (who
+The transport (``Inbox`` threads, timed ``isend``) is ``transport.py``; the scheme (who
 sends what when) in each strategy.
 """
 

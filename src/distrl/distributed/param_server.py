@@ -4,12 +4,8 @@ authoritative parameters, the optimizer, the learning rate and the normalizer, a
 decision (skip on NaN/Inf, early stop on KL, adaptive LR). Ranks 1.. are workers: they collect,
 compute gradients, and apply the parameters the server sends back.
 
-Transport: point-to-point ``send``/``recv`` of fixed-size float32 messages, no pickling in the
-hot path. Each process runs one receiver thread per peer that blocks in ``recv`` and queues what
-arrives, so the main loop waits with a deadline (``queue.get(timeout)``) instead of
-busy-polling, and a dead peer's closed connection names that peer exactly. (Gloo's
-``irecv().is_completed()`` never turned true here without ``wait()``, and a timed-out
-``wait`` consumes the receive, so neither can poll.)
+Transport (``distributed/transport.py``, shared with learner-actor): fixed-size float32
+messages in a pair group per worker, one receiver thread per peer, sends with a deadline.
 
 Messages (``distributed/messages.py``): worker -> server a ``WorkerHeader`` (kind, sender,
 version, iteration, samples, part, parts, nsums, length), server -> worker a ``ServerHeader``
@@ -39,17 +35,12 @@ see the same data, in a different order than the server (float rounding only).
 from __future__ import annotations
 
 import contextlib
-import datetime
-import io
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner
@@ -63,14 +54,20 @@ from distrl.distributed.base import (
     StatsSink,
 )
 from distrl.distributed.collectives import Collectives
-from distrl.distributed.context import (
-    DistContext,
-    PeerFailure,
-    RankDropped,
-    dropped_reason,
-    release_dropped,
+from distrl.distributed.context import DistContext, PeerFailure, release_dropped
+from distrl.distributed.messages import ServerHeader, WorkerHeader
+from distrl.distributed.transport import (
+    Inbox,
+    bytes_payload,
+    coordinator_wait,
+    framed_parts,
+    from_bytes_payload,
+    pack64,
+    pair_groups,
+    receiver,
+    send,
+    unpack64,
 )
-from distrl.distributed.messages import ServerHeader, WorkerHeader, frame, kind_of
 
 SERVER = 0
 # worker -> server kinds
@@ -86,131 +83,6 @@ class WorkerLost(PeerFailure):
     def __init__(self, worker: int, message: str):
         super().__init__(message)
         self.worker = worker
-
-
-# ---- transport ----------------------------------------------------------------------------
-
-
-class Inbox:
-    """One thread per peer blocking in ``recv`` of fixed-size messages; everything lands in one
-    queue as ``(peer, message)``, or ``(peer, exception)`` when the peer's connection fails. A
-    thread ends after its peer's ``last_kind`` message (an int or a tuple of kinds).
-    ``receive(peer)`` replaces the fixed-size ``recv`` where one message is several receives
-    (the learner-actor weight chunks)."""
-
-    def __init__(
-        self,
-        peers: list[int],
-        size: int,
-        last_kind: int | tuple[int, ...],
-        receive: Callable[[int], torch.Tensor] | None = None,
-    ):
-        self.queue: queue.Queue = queue.Queue()
-        last = last_kind if isinstance(last_kind, tuple) else (last_kind,)
-        recv = receive or (lambda peer: _recv_fixed(peer, size, None))
-        for peer in peers:
-            t = threading.Thread(target=self._run, args=(peer, recv, last), daemon=True)
-            t.start()
-
-    def _run(self, peer: int, recv: Callable[[int], torch.Tensor], last: tuple) -> None:
-        try:
-            while True:
-                msg = recv(peer)
-                self.queue.put((peer, msg))
-                if kind_of(msg) in last:
-                    return
-        except Exception as e:  # connection closed (peer died) or the backend's timeout
-            self.queue.put((peer, e))
-
-    def get(self, timeout: float) -> tuple[int, torch.Tensor | Exception] | None:
-        try:
-            return self.queue.get(timeout=max(timeout, 0.0))
-        except queue.Empty:
-            return None
-
-    def wait(
-        self, timeout: float, rank: int, silent: float
-    ) -> tuple[int, torch.Tensor | Exception] | None:
-        """``get`` for a worker or actor waiting on its coordinator. Past ``silent`` seconds
-        (when the coordinator drops a silent peer) it checks every 2 s whether it dropped this
-        rank (it had stalled, say), and then raises ``RankDropped`` at once instead of waiting
-        out the timeout. (A check asks the store on rank 0: it blocks while rank 0 is stopped,
-        so it is not made earlier.)"""
-        t0 = time.perf_counter()
-        deadline = t0 + timeout
-        while True:
-            now = time.perf_counter()
-            step = deadline - now if now < t0 + silent else 2.0
-            got = self.get(min(step, deadline - now))
-            if got is not None or time.perf_counter() >= deadline:
-                return got
-            if time.perf_counter() < t0 + silent:
-                continue
-            why = dropped_reason(rank)
-            if why is not None:
-                raise RankDropped(f"rank {rank}: dropped from the run: {why}")
-
-
-def _recv_fixed(peer: int, size: int, group: Any) -> torch.Tensor:
-    msg = torch.empty(size)
-    dist.recv(msg, src=peer, group=group)
-    return msg
-
-
-def coordinator_wait(timeout: float) -> float:
-    """How long a worker (or actor) waits for its server (or learner) before naming it lost:
-    the coordinator may itself spend up to ``timeout`` finding out that another peer stalled
-    (a send to a stopped peer gives up only then), so a live peer must not give up at the same
-    instant. The coordinator detects a silent peer after ``timeout``."""
-    return 2.0 * timeout + 5.0
-
-
-def pair_groups(a: list[int], b: list[int], timeout: float) -> dict[tuple[int, int], Any]:
-    """One process group per (a, b) pair, for point-to-point messages between them. Every rank
-    must call this with the same lists (group creation is collective).
-
-    Why not the default group: with Gloo, a receive that times out on a silent (stopped) peer
-    breaks the context it ran in, and with it the connections to every other peer of that
-    context; the survivors then lost each other too. A pair's own context fails alone."""
-    span = datetime.timedelta(seconds=coordinator_wait(timeout))  # the backend's own limit
-    return {(x, y): dist.new_group([x, y], timeout=span) for x in a for y in b if x != y}
-
-
-def receiver(size: int, group_of: Callable[[int], Any]) -> Callable[[int], torch.Tensor]:
-    """An ``Inbox`` receive of fixed-size messages, each peer in its own pair group."""
-    return lambda peer: _recv_fixed(peer, size, group_of(peer))
-
-
-def to_parts(payload: torch.Tensor, capacity: int) -> list[torch.Tensor]:
-    """Split a float32 payload into parts of at most ``capacity`` (at least one part)."""
-    n = payload.numel()
-    return [payload[i : i + capacity] for i in range(0, max(n, 1), capacity)]
-
-
-def pack64(t: torch.Tensor) -> torch.Tensor:
-    """float64 -> float32 words of the same bytes (exact, no conversion)."""
-    return t.detach().to(torch.float64).contiguous().view(torch.float32)
-
-
-def unpack64(words: torch.Tensor) -> torch.Tensor:
-    return words.clone().view(torch.float64)  # a fresh, aligned copy of the words
-
-
-def bytes_payload(obj: Any) -> torch.Tensor:
-    """A checkpoint object as float32 words (torch.save bytes, zero-padded, length first)."""
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    raw = buf.getvalue()
-    n = len(raw)
-    padded = raw + b"\0" * (-n % 4)
-    words = torch.frombuffer(bytearray(padded), dtype=torch.float32)
-    return torch.cat([pack64(torch.tensor([float(n)], dtype=torch.float64)), words])
-
-
-def from_bytes_payload(words: torch.Tensor) -> Any:
-    n = int(unpack64(words[:2])[0])
-    raw = words[2:].contiguous().view(torch.uint8).numpy().tobytes()[:n]
-    return torch.load(io.BytesIO(raw), weights_only=True)
 
 
 # ---- the strategy -----------------------------------------------------------------------------
@@ -252,20 +124,20 @@ class ParameterServer(Collectives):
         self.capacity = max(num_grad + 6, 4096)
 
     def _up(self, kind: int, payload: torch.Tensor, **h: int) -> None:
-        parts = to_parts(payload, self.capacity)
-        for i, part in enumerate(parts):
-            head = WorkerHeader(
+        def header(part: int, parts: int, length: int) -> WorkerHeader:
+            return WorkerHeader(
                 kind,
                 sender=self.rank,
                 version=self.version,
                 iteration=h.get("iteration", 0),
                 samples=h.get("samples", 0),
-                part=i,
-                parts=len(parts),
+                part=part,
+                parts=parts,
                 nsums=h.get("nsums", 0),
-                length=part.numel(),
+                length=length,
             )
-            msg = frame(head, part, self.capacity)
+
+        for msg in framed_parts(payload, self.capacity, header):
             try:
                 self._timed(self._send, msg, SERVER)
             except PeerFailure as e:
@@ -278,11 +150,10 @@ class ParameterServer(Collectives):
         self, worker: int, kind: int, payload: torch.Tensor, decision: Decision | None = None
     ) -> None:
         d = decision or Decision("step", (0.0,) * 5)
-        stats = d.stats or (0.0,) * 5
-        parts = to_parts(payload, self.capacity)
-        kl, pg, vl, ent, cf = stats
-        for i, part in enumerate(parts):
-            head = ServerHeader(
+        kl, pg, vl, ent, cf = d.stats or (0.0,) * 5
+
+        def header(part: int, parts: int, length: int) -> ServerHeader:
+            return ServerHeader(
                 kind,
                 version=self.version,
                 action=ACTIONS.index(d.action),
@@ -292,11 +163,12 @@ class ParameterServer(Collectives):
                 v_loss=vl,
                 entropy=ent,
                 clipfrac=cf,
-                part=i,
-                parts=len(parts),
-                length=part.numel(),
+                part=part,
+                parts=parts,
+                length=length,
             )
-            msg = frame(head, part, self.capacity)
+
+        for msg in framed_parts(payload, self.capacity, header):
             try:
                 self._timed(self._send, msg, worker)
             except PeerFailure as e:
@@ -307,11 +179,7 @@ class ParameterServer(Collectives):
                 ) from e
 
     def _send(self, msg: torch.Tensor, peer: int) -> None:
-        """A send that gives up after --dist.timeout (a plain Gloo send to a stopped peer waits
-        forever once the socket buffer is full)."""
-        work = dist.isend(msg, dst=peer, group=self._pair(peer))
-        assert work is not None  # None only for a rank outside the group
-        work.wait(datetime.timedelta(seconds=self.timeout))
+        send(msg, peer, self._pair(peer), self.timeout)
 
     # ---- worker side -------------------------------------------------------------------------
     @property

@@ -107,6 +107,9 @@ class ParameterServer(Collectives):
         self.roles = Roles(collector=not server, learner=not server, server=server)
         if server:
             self.links = Links(server=self)
+        # Worker r seeds as all-reduce rank r - 1 would (the server as rank 0, whose replica
+        # every rank starts from), so one --seed gives ps-* and allreduce the same worker data.
+        self.seed_rank = max(ctx.rank - 1, 0)
         self.workers = list(range(1, self.world_size))
         self.inbox: Inbox | None = None
         self.version = 0  # parameter version this worker holds (server: the newest)

@@ -34,7 +34,7 @@ from distrl.distributed.base import StatsLayout, Strategy
 from distrl.distributed.context import rank_seed
 from distrl.evaluation import BEST, Evaluator
 from distrl.policy import ActorCritic
-from distrl.runner.hooks import HOOKS, Hooks
+from distrl.runner.hooks import Hooks
 from distrl.telemetry import Telemetry
 
 
@@ -63,7 +63,7 @@ class Runner(ABC):
         self.cfg, self.strategy = cfg, strategy
         self.tel = telemetry or Telemetry()  # the base class is the null object
         self.run_dir = run_dir
-        self.hooks = [*HOOKS, *(hooks or [])]
+        self.hooks = list(hooks or [])
         self.seed = rank_seed(cfg.seed, strategy.seed_rank)
         seed_everything(self.seed)
         self.iteration = 0

@@ -189,7 +189,7 @@ def run_on_nodes(tb: Testbed, what: str, cfg: dict, timeout: float, nodes: Seque
                 n,
                 [sys.executable, "-m", "benchmarks.cluster", what, str(rank), str(world), master]
                 + [json.dumps(cfg)],
-                env=dict(os.environ, OMP_NUM_THREADS="1"),
+                env=common.subprocess_env({"OMP_NUM_THREADS": "1"}),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 text=True,

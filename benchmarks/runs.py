@@ -39,7 +39,7 @@ PYTHON_CLI = [sys.executable, "-m", "distrl.cli"]
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return common.subprocess_env({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:

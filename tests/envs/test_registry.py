@@ -36,7 +36,7 @@ def test_builtin_factories(name: str, cls: type, limit: int) -> None:
     assert task.make_env(4, torch.device("cpu"), 9).max_episode_steps == 9
 
 
-# built-in tasks: a registered one (tests/fixtures registers some on import) shares its frozen config
+# built-in tasks: one registered (tests/fixtures registers some on import) shares its frozen config
 @pytest.mark.parametrize("name", [t.name for t in list_tasks() if not is_user_task(t.name)])
 def test_default_configs_are_valid_and_fresh(name: str) -> None:
     if name == "metaworld-mt10":

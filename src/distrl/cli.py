@@ -513,10 +513,11 @@ def bench_main(argv: list[str]) -> int:
             "which this install does not have: git clone the repository, pip install -e it, and "
             "run `distrl bench` from there"
         )
-    sys.path.insert(0, str(root))
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(root) not in path:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(root), *path])
     return int(importlib.import_module("benchmarks.cli").bench_main(argv))
 
 

@@ -40,13 +40,13 @@ test-fast: setup
 	$(BIN)/pytest -q -m "not slow" $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src benchmarks tests examples
+	$(BIN)/ruff format --check src benchmarks tests examples
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff check --fix src tests examples
-	$(BIN)/ruff format src tests examples
+	$(BIN)/ruff check --fix src benchmarks tests examples
+	$(BIN)/ruff format src benchmarks tests examples
 
 bench: setup
 	$(BIN)/distrl bench throughput

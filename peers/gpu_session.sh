@@ -34,7 +34,7 @@ smoke() {
 throughput() {
     for case in rollout e2e; do
         for envs in 1024 4096 16384 65536; do
-            $py -m distrl.bench.throughput --case $case --num-envs $envs --iterations 20 \
+            $py -m benchmarks.throughput --case $case --num-envs $envs --iterations 20 \
                 --device cuda
         done
     done | tee "$out/throughput.jsonl"
@@ -43,7 +43,7 @@ throughput() {
 peer() {
     for envs in 1024 4096 16384 65536; do
         $py peers/rsl_rl_ppo.py --envs $envs --iterations 20 --device cuda
-        $py -m distrl.bench.throughput --case e2e --num-envs $envs --iterations 20 --device cuda
+        $py -m benchmarks.throughput --case e2e --num-envs $envs --iterations 20 --device cuda
     done | tee "$out/peer.jsonl"
 }
 

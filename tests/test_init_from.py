@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import distrl
 from distrl import checkpoint as ckpt
-from distrl.runner.hooks import HOOKS, Hooks
 from tests.helpers import assert_same, run_main, tiny_train_args
 
 pytestmark = pytest.mark.timeout(120)
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(120)
 ARGS = tiny_train_args(16, max_iterations=2)
 
 
-class FirstPolicy(Hooks):
+class FirstPolicy(distrl.Hooks):
     """The policy's state when the first update begins."""
 
     def __init__(self) -> None:
@@ -38,15 +38,13 @@ def source(tmp_path_factory) -> Path:
 
 
 def test_the_run_starts_from_exactly_that_policy(source, tmp_path, capsys):
-    hook = FirstPolicy()
-    HOOKS.append(hook)
-    try:
-        code, out, err = run_main(
-            ["train", "cartpole", "--init-from", str(source), "--run-dir", str(tmp_path / "r"),
-             *ARGS], capsys)  # fmt: skip
-    finally:
-        HOOKS.remove(hook)
-    assert code == 0, err
+    hook = FirstPolicy()  # passed to the runner through the API's hooks=
+    cfg = distrl.make_config(
+        "cartpole", "--init-from", str(source), "--run-dir", str(tmp_path / "r"), *ARGS
+    )
+    capsys.readouterr()
+    distrl.train(cfg, hooks=[hook])
+    out = capsys.readouterr().out
     assert "init: policy from" in out and "ckpt_00000002.pt" in out
     want, _ = ckpt.load_checkpoint(ckpt.checkpoint_path(source / "checkpoints", 2))
     assert hook.state is not None

@@ -10,6 +10,9 @@ The public API (``import distrl``):
     average(run_dir, from_iteration=None)       -> AverageResult (.path): the weights' mean over
                                                    the run's last checkpoints, policy only
     register_task(name, make_env=... | gym=...) your own batched torch env or Gymnasium env
+                                                (hooks=[...]: its callbacks; `distrl train
+                                                --import MODULE` registers in every rank)
+    Hooks                                       callbacks around each update (train(hooks=...))
     register_network(name, actor=..., critic=...) your own actor and critic bodies
     check_env(env)                              test a VecEnv against the contract
 
@@ -34,6 +37,7 @@ _EXPORTS = {
     "average": "distrl.averaging",
     "AverageResult": "distrl.averaging",
     "register_task": "distrl.envs.registry",
+    "Hooks": "distrl.runner.hooks",
     "register_network": "distrl.policy.networks",
     "check_env": "distrl.envs.check",
     "TrainConfig": "distrl.config",
@@ -47,6 +51,7 @@ __all__ = [
     "ActorCritic",
     "AverageResult",
     "ExportResult",
+    "Hooks",
     "TrainConfig",
     "TrainResult",
     "VecEnv",
@@ -73,6 +78,7 @@ if TYPE_CHECKING:
     from distrl.exporting import export_policy as export
     from distrl.policy.actor_critic import ActorCritic
     from distrl.policy.networks import register_network
+    from distrl.runner.hooks import Hooks
 
 
 def __getattr__(name: str) -> Any:

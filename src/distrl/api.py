@@ -26,6 +26,7 @@ import difflib
 import os
 import random
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ import yaml
 
 from distrl.config import TrainConfig, to_dict, validate
 from distrl.policy.actor_critic import ActorCritic
+from distrl.runner.hooks import Hooks
 
 
 def make_config(task: str, *args: str, **overrides: Any) -> TrainConfig:
@@ -108,9 +110,13 @@ class TrainResult:
         return self.rank == 0
 
 
-def train(cfg: TrainConfig | str | None = None, /, **overrides: Any) -> TrainResult:
+def train(
+    cfg: TrainConfig | str | None = None, /, hooks: Sequence[Hooks] = (), **overrides: Any
+) -> TrainResult:
     """Train ``cfg`` (a TrainConfig, a task name, or a config.yaml path; ``overrides`` as in
-    ``make_config``) and return the trained policy with the run's numbers.
+    ``make_config``) and return the trained policy with the run's numbers. ``hooks``
+    (``distrl.Hooks``: callbacks around each update and after each iteration) are called by
+    this process's runner, after the task's own (``register_task(..., hooks=)``).
 
     Under torchrun every rank calls this and joins the process group (``distributed`` is set
     for you). With ``nproc > 1`` outside torchrun, ``distrl train`` is started on that many
@@ -135,8 +141,14 @@ def train(cfg: TrainConfig | str | None = None, /, **overrides: Any) -> TrainRes
     with _process_state_restored():  # building the returned policy draws from the RNG too
         cli.check_before_start(cfg)
         if cfg.nproc > 1 and not under_torchrun:
+            if hooks:
+                raise ValueError(
+                    f"hooks= live in this process, and nproc={cfg.nproc} starts fresh ones; run "
+                    f"the script on every rank instead: torchrun --nproc-per-node {cfg.nproc} "
+                    f"script.py"
+                )
             return _launch(cfg)
-        final = cli.run_training(cfg)
+        final = cli.run_training(cfg, hooks)
         return _result(cfg, Path(final["run_dir"]), final)
 
 

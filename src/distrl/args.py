@@ -78,13 +78,58 @@ def _take_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, argv
 
 
+def _take_import_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(modules of every --import MODULE / --import=MODULE, argv without them)."""
+    modules, rest, i = [], [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--import":
+            if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+                raise ValueError("--import needs a module name, e.g. --import mytasks")
+            modules.append(argv[i + 1])
+            i += 2
+            continue
+        if word.startswith("--import="):
+            modules.append(word.split("=", 1)[1])
+        else:
+            rest.append(word)
+        i += 1
+    return modules, rest
+
+
+def import_modules(names: list[str]) -> None:
+    """``--import MODULE``: import the user's modules (which register their tasks, networks and
+    hooks) before the task is resolved. Found as ``python -m`` finds a module: the current
+    directory first, then the path. Only the command line names them, never a config file;
+    ``distrl train --nproc N`` passes them on to every rank."""
+    import importlib
+    import os
+    import sys
+
+    if names and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+                raise  # the module itself imports something missing: its own traceback
+            raise ValueError(
+                f"--import {name}: no module named {e.name!r} in the current directory or on "
+                f"the Python path (PYTHONPATH)"
+            ) from e
+
+
 def parse_train_args(argv: list[str]) -> TrainConfig:
     """Task first, then tyro overrides on the task's defaults. Raises ValueError on bad input.
     ``--config PATH`` (a run's config.yaml) replaces the task's defaults by that run's config;
-    the task may then be left out."""
+    the task may then be left out. ``--import MODULE`` (repeatable) imports MODULE first, for
+    tasks it registers (``distrl.register_task``)."""
     from distrl.envs.registry import get_task
 
-    config_path, argv = _take_config_flag(list(argv))
+    modules, argv = _take_import_flags(list(argv))
+    import_modules(modules)
+    config_path, argv = _take_config_flag(argv)
     if config_path is not None:
         base = load_config_file(config_path)
         if argv and not argv[0].startswith("-"):
@@ -99,8 +144,9 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
         if argv and argv[0] in ("-h", "--help"):
             print(
                 "usage: train <task> [overrides]\n       train --config RUN/config.yaml "
-                "[overrides]   (repeat a run)\n\n`distrl list` shows the tasks; "
-                "`train <task> --help` shows every override with its default."
+                "[overrides]   (repeat a run)\n       train --import MODULE <task> [overrides]"
+                "   (MODULE registers the task: distrl.register_task)\n\n`distrl list` "
+                "shows the tasks; `train <task> --help` shows every override with its default."
             )
             raise SystemExit(0)
         raise ValueError("usage: train <task> [overrides]; `distrl list` shows the tasks")

@@ -15,12 +15,17 @@ import dataclasses
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tyro
 
 from distrl.args import default_run_dir, parse_train_args  # noqa: F401 (this module's API)
 from distrl.config import TrainConfig, to_dict
+
+if TYPE_CHECKING:
+    from distrl.runner.hooks import Hooks
 
 USAGE = """usage: distrl <command> ...
 
@@ -28,6 +33,9 @@ commands:
   train <task> [overrides]    train a policy (`distrl train <task> --help` lists overrides)
   train --config RUN/config.yaml [overrides]
                               train again with a run's config
+  train --import MODULE <task> [overrides]
+                              import MODULE first (in every rank too): your own
+                              tasks, registered with distrl.register_task
   play <run-dir|checkpoint>   run the deterministic policy and print mean ± std return;
                               --video out.mp4 records one episode
   export <run-dir|checkpoint> [--format onnx|torchscript] [--output FILE]
@@ -248,19 +256,21 @@ def init_policy(cfg: TrainConfig) -> tuple[dict, Path, int]:
     return state, path, int(manifest["iteration"])
 
 
-def run_training(cfg: TrainConfig) -> dict:
-    """One rank's whole life: process group, env, runner, telemetry; torn down on any exit."""
+def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
+    """One rank's whole life: process group, env, runner, telemetry; torn down on any exit.
+    The runner calls the task's hooks (``register_task(..., hooks=)``), then ``hooks``."""
     from distrl import checkpoint as ckpt
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import get_task, make_env
-    from distrl.envs.slow import SlowEnv
     from distrl.runner.base import Runner
     from distrl.runner.episodic import EpisodicRunner
     from distrl.runner.on_policy import OnPolicyRunner
     from distrl.telemetry import Telemetry
 
-    suite = get_task(cfg.task).suite  # episodic suites train with the RLOO runner
+    task = get_task(cfg.task)
+    suite = task.suite  # episodic suites train with the RLOO runner
+    all_hooks = [*task.hooks, *hooks]
     ctx = context.init(cfg)
     clean = lost = False
     try:
@@ -283,8 +293,6 @@ def run_training(cfg: TrainConfig) -> dict:
                 raise ckpt.CheckpointError(None, value)
             resume_path = Path(value) if value else None
         env = None if suite else make_env(cfg, ctx.device)
-        if env is not None and cfg.dist.slowdown(ctx.rank) > 1.0:  # testing knob: a straggler
-            env = SlowEnv(env, cfg.dist.slowdown(ctx.rank))
         # config.yaml repeats the run (`train --config`): with the local process count the
         # launcher started, which the ranks' own --nproc (always 1) does not say
         written = dataclasses.replace(cfg, nproc=max(cfg.nproc, ctx.local_world_size))
@@ -301,10 +309,12 @@ def run_training(cfg: TrainConfig) -> dict:
         ) as tel:
             runner: Runner
             if suite:
-                runner = EpisodicRunner(cfg, strategy, suite, ctx.device, tel, run_dir)
+                runner = EpisodicRunner(
+                    cfg, strategy, suite, ctx.device, tel, run_dir, hooks=all_hooks
+                )
             else:
                 assert env is not None
-                runner = OnPolicyRunner(cfg, strategy, env, tel, run_dir)
+                runner = OnPolicyRunner(cfg, strategy, env, tel, run_dir, hooks=all_hooks)
             close = runner.close
             tel.message(
                 f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {cfg.env.num_envs} envs "
@@ -489,6 +499,28 @@ def list_main() -> int:
     return 0
 
 
+def bench_main(argv: list[str]) -> int:
+    """`distrl bench`: the benchmarks are the repository's top-level ``benchmarks`` package,
+    beside ``src/``, not part of the installed package; they run from a checkout (an editable
+    install). The checkout's root goes first on the path, here and for the benchmarks'
+    subprocesses."""
+    import importlib
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "benchmarks" / "cli.py").is_file():
+        return _fail(
+            "`distrl bench` runs the benchmarks of a source checkout (benchmarks/ beside src/), "
+            "which this install does not have: git clone the repository, pip install -e it, and "
+            "run `distrl bench` from there"
+        )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(root) not in path:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(root), *path])
+    return int(importlib.import_module("benchmarks.cli").bench_main(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -510,8 +542,6 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "pretrain":
         return pretrain_main(rest)
     if cmd == "bench":
-        from distrl.bench.cli import bench_main
-
         return bench_main(rest)
     return _fail(f"unknown command {cmd!r}\n{USAGE}")
 

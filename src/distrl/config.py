@@ -164,35 +164,10 @@ class DistConfig:
     truncated importance weights, rho_bar = c_bar = 1) under the learner's current policy and
     critic, since a rollout may come from weights up to --dist.max-policy-lag versions old;
     none: GAE on the actor's values, as if on-policy."""
-    slow_ranks: str = ""
-    """Testing knob (stragglers): 'RANK:FACTOR,...', e.g. '1:2.0' makes rank 1's env steps
-    take twice as long (it sleeps (FACTOR - 1) x each step's own time)."""
 
     @property
     def parameter_server(self) -> bool:
         return self.strategy.startswith("ps-")
-
-    def slowdown(self, rank: int) -> float:
-        """This rank's env-step slowdown factor from --dist.slow-ranks (1.0: none)."""
-        return parse_slow_ranks(self.slow_ranks).get(rank, 1.0)
-
-
-def parse_slow_ranks(spec: str) -> dict[int, float]:
-    """'1:2.0,3:1.5' -> {1: 2.0, 3: 1.5}; raises ValueError naming the bad entry."""
-    out: dict[int, float] = {}
-    for item in filter(None, (x.strip() for x in spec.split(","))):
-        rank, sep, factor = item.partition(":")
-        try:
-            r, f = int(rank), float(factor)
-        except ValueError:
-            r, f = -1, 0.0
-        if not sep or r < 0 or f < 1.0:
-            raise ValueError(
-                f"--dist.slow-ranks entry {item!r}: expected RANK:FACTOR with RANK >= 0 and "
-                f"FACTOR >= 1, e.g. '1:2.0'"
-            )
-        out[r] = f
-    return out
 
 
 @dataclass(frozen=True)
@@ -402,10 +377,6 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                 f"is below 2 (advantage std and the update need at least 2 samples); raise "
                 f"--env.num-envs or --agent.num-steps, or lower --agent.num-minibatches"
             )
-    try:
-        parse_slow_ranks(cfg.dist.slow_ranks)
-    except ValueError as err:
-        errors.append(str(err))
     ps = cfg.dist.ps
     if ps.staleness < 1:
         errors.append(f"--dist.ps.staleness must be 1 or more, got {ps.staleness}; 1 = BSP")

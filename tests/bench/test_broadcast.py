@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distrl.bench.broadcast import model_numels
+from benchmarks.broadcast import model_numels
 from tests.helpers import read_csv
 
 
@@ -17,7 +17,7 @@ def test_model_numels_add_up(n):
 @pytest.mark.slow  # starts rank groups for every shape: ~15 s
 @pytest.mark.timeout(120)
 def test_broadcast_command_tiny(tmp_path):
-    from distrl.bench.cli import bench_main
+    from benchmarks.cli import bench_main
 
     out = tmp_path / "bc"
     args = ["broadcast", "--params", "1000,50000", "--learners", "1,2", "--actors", "1,2"]

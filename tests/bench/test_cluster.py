@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from distrl.bench.cluster import ClusterArgs, Testbed, fit_rates, parse_args, tbf_args
-from distrl.bench.project import ProjectArgs, resolve
+from benchmarks.cluster import ClusterArgs, fit_rates, parse_args
+from benchmarks.project import ProjectArgs, resolve
+from tests.cluster.testbed import Testbed, tbf_args
 from tests.helpers import write_csv
 
 

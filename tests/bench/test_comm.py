@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distrl.bench.comm import DEFAULT_SIZES, buckets, fit_alpha_beta
+from benchmarks.comm import DEFAULT_SIZES, buckets, fit_alpha_beta
 from tests.helpers import read_csv
 
 ALPHA, BETA = 50e-6, 1 / 5e9  # 50 us, 5 GB/s
@@ -39,7 +39,7 @@ def test_buckets_follow_backward_order_and_size_limit():
 @pytest.mark.slow  # starts a rank group
 @pytest.mark.timeout(90)
 def test_comm_command_tiny(tmp_path):
-    from distrl.bench.cli import bench_main
+    from benchmarks.cli import bench_main
 
     out = tmp_path / "comm"
     code = bench_main(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from distrl.bench.finetune import FinetuneArgs, finetune, summarize
+from benchmarks.finetune import FinetuneArgs, finetune, summarize
 from tests.helpers import read_csv
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distrl.bench.learn import learns_as_well, median_curve, summarize_times, time_to_target
+from benchmarks.learn import learns_as_well, median_curve, summarize_times, time_to_target
 
 
 def _recs(returns, dt=2.0, steps=100):

@@ -7,8 +7,8 @@ import csv
 
 import pytest
 
-from distrl.bench.cli import bench_main
-from distrl.bench.meta_world import MetaWorldArgs, metaworld
+from benchmarks.cli import bench_main
+from benchmarks.meta_world import MetaWorldArgs, metaworld
 
 pytest.importorskip("metaworld")
 

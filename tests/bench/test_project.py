@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distrl.bench.project import (
+from benchmarks.project import (
     ModelInputs,
     ProjectArgs,
     project,

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from distrl.bench.roofline import PHASES, Gemm, RooflineArgs, instrument, trace_gemms
+from benchmarks.roofline import PHASES, Gemm, RooflineArgs, instrument, trace_gemms
 from tests.helpers import read_csv, run_main
 
 TINY = ["--envs", "64", "--steps", "8", "--epochs", "2", "--minibatches", "2"]
@@ -67,7 +67,7 @@ def test_roofline_tiny(tmp_path, capsys):
 
 def test_shapes_follow_the_architecture():
     """Other widths and depths: the list comes from the policy's layers, not from a table."""
-    from distrl.bench.roofline import train_config
+    from benchmarks.roofline import train_config
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import make_env

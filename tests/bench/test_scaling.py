@@ -6,10 +6,10 @@ import csv
 
 import pytest
 
-from distrl.bench.cli import bench_main
-from distrl.bench.common import parse_ints
-from distrl.bench.runs import per_rank_envs
-from distrl.bench.scaling import SUMMARY_COLUMNS, run_stats
+from benchmarks.cli import bench_main
+from benchmarks.common import parse_ints
+from benchmarks.runs import per_rank_envs
+from benchmarks.scaling import SUMMARY_COLUMNS, run_stats
 from tests.helpers import read_csv
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distrl.bench.straggler import StragglerArgs, mode_args, straggler, summarize
+from benchmarks.straggler import StragglerArgs, mode_args, straggler, summarize
 
 
 def test_modes_have_the_same_workers_and_a_worker_straggles():

@@ -1,5 +1,5 @@
 """Many machines for real: torchrun's multi-node recipe on a testbed of network namespaces
-(distrl.bench.cluster.Testbed): each node its own network stack, address and rate-limited link,
+(tests/cluster/testbed.py): each node its own network stack, address and rate-limited link,
 the ranks talking over the bridge, never over loopback.
 
 - DD-PPO on 2 nodes x 1 process equals `distrl train --nproc 2` on one node (the session's
@@ -24,15 +24,15 @@ from pathlib import Path
 
 import pytest
 
-from distrl.bench import cluster
-from distrl.bench.cluster import SUBNET, Testbed
 from distrl.telemetry import read_metrics
+from tests.cluster import testbed
+from tests.cluster.testbed import SUBNET, Testbed
 from tests.distributed.workers import cli_env
+from tests.fixtures import kill_once
 from tests.helpers import BIN, assert_same, final_state
 from tests.reliability.conftest import TWO_RANK_ARGS, TWO_RANK_ITERS
-from tests.reliability.workers import HOOKS
 
-WHY = cluster.missing()
+WHY = testbed.missing()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no namespace testbed: {WHY}")
 
 ITERS = TWO_RANK_ITERS
@@ -124,7 +124,7 @@ def test_rank_i_runs_on_node_i_and_talks_over_the_nodes_links(two_nodes):
         assert (e["RANK"], e["GROUP_RANK"], e["WORLD_SIZE"]) == (str(i), str(i), "2"), e
         assert e["GLOO_SOCKET_IFNAME"] == "eth0", e
         # the workers' store is on node 0's address (torchrun's --local-addr), not the hostname
-        assert e["MASTER_ADDR"] == f"{SUBNET}.{cluster.FIRST_HOST}", e["MASTER_ADDR"]
+        assert e["MASTER_ADDR"] == f"{SUBNET}.{testbed.FIRST_HOST}", e["MASTER_ADDR"]
 
 
 @pytest.mark.slow  # waits out --dist.timeout 10: ~20 s
@@ -158,9 +158,9 @@ def test_a_node_cut_off_is_named_within_the_timeout(tmp_path):
 @pytest.mark.timeout(150)
 def test_a_killed_node_started_again_resumes_bitwise(two_rank_reference, tmp_path):
     run_dir, logs, marker = tmp_path / "run", tmp_path / "logs", tmp_path / "killed"
-    script = train_args(run_dir, "--resume", "auto")
+    # kill-once-cartpole: rank 1 kills its agent, then itself, entering iteration 5's update
+    script = kill_once.command(train_args(run_dir, "--resume", "auto"))
     kill = dict(
-        PYTHONPATH=str(HOOKS),  # rank 1 kills its agent, then itself, entering iteration 5's update
         DISTRL_TEST_KILL_AT_ITERATION="5",
         DISTRL_TEST_KILL_RANK="1",
         DISTRL_TEST_KILL_AGENT="1",
@@ -224,18 +224,18 @@ def test_learner_actor_with_two_learners_on_two_nodes(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_testbed_is_removed_on_error_and_leftovers_are_swept():
-    before = set(cluster._netns_list())
+    before = set(testbed._netns_list())
     with pytest.raises(RuntimeError, match="boom"), Testbed(nodes=2, prefix="dtrltest") as tb:
         sleeper = tb.popen(tb.nodes[0], [sys.executable, "-c", "import time; time.sleep(60)"])
-        assert {n.netns for n in tb.nodes} | {tb.switch} <= set(cluster._netns_list())
+        assert {n.netns for n in tb.nodes} | {tb.switch} <= set(testbed._netns_list())
         raise RuntimeError("boom")
     assert sleeper.poll() is not None, "a process started on a node outlived the testbed"
-    assert set(cluster._netns_list()) == before
+    assert set(testbed._netns_list()) == before
     # what a killed process left (a name with a pid that is gone) is swept by the next testbed
     stale = "dtrltest-4194303-0-n0"  # above pid_max's default: never a live process
     subprocess.run(["ip", "netns", "add", stale], check=True)
     try:
-        assert stale in cluster.sweep("dtrltest")
+        assert stale in testbed.sweep("dtrltest")
     finally:
         subprocess.run(["ip", "netns", "del", stale], capture_output=True)
-    assert stale not in cluster._netns_list()
+    assert stale not in testbed._netns_list()

@@ -54,9 +54,9 @@ def train_local_sgd(rank: int, world: int, run_dir: str) -> dict:
     record and this rank's parameters after the last iteration."""
     import dataclasses
 
+    from distrl import Hooks
     from distrl.cli import run_training
     from distrl.config import DistConfig
-    from distrl.runner.hooks import HOOKS, Hooks
     from tests.distributed.workers import small_config
 
     register()
@@ -66,8 +66,7 @@ def train_local_sgd(rank: int, world: int, run_dir: str) -> dict:
         def after_iteration(self, runner: Any, record: dict[str, Any]) -> None:
             seen["params"] = torch.cat([p.detach().reshape(-1) for p in runner.policy.parameters()])
 
-    HOOKS.append(Params())
     cfg = small_config(16, distributed=True, max_iterations=3)
     cfg = dataclasses.replace(cfg, dist=DistConfig(strategy="local-sgd"), run_dir=run_dir)  # type: ignore[arg-type]
-    final = run_training(cfg)
+    final = run_training(cfg, hooks=[Params()])
     return {"final": final, "params": seen["params"]}

@@ -298,9 +298,9 @@ def train_with_fault(
     import signal
     import time
 
+    from distrl import Hooks
     from distrl.cli import run_training
     from distrl.config import DistConfig
-    from distrl.runner.hooks import HOOKS, Hooks
 
     entered: dict[int, float] = {}
 
@@ -310,11 +310,10 @@ def train_with_fault(
             if runner.strategy.rank == 1 and runner.iteration == at_iteration:
                 os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
 
-    HOOKS.append(Fault())
     cfg = small_config(16, distributed=True, max_iterations=1000)
     cfg = dataclasses.replace(cfg, run_dir=run_dir, dist=DistConfig(timeout=timeout))
     try:
-        final = run_training(cfg)
+        final = run_training(cfg, hooks=[Fault()])
     except BaseException as e:
         if rank == 0:
             t = entered.get(at_iteration)
@@ -337,7 +336,8 @@ def train_with_fault(
 
 def cli_env(**extra: str) -> dict[str, str]:
     """Environment for a CLI subprocess: .venv/bin first on PATH (torchrun finds `train`),
-    no inherited torchrun variables or injected faults, wide console, one OpenMP thread per
+    the checkout's root on PYTHONPATH (``--import tests.fixtures.X`` from any directory), no
+    inherited torchrun variables or injected faults, wide console, one OpenMP thread per
     rank; ``extra`` variables on top."""
     import os
     import sys
@@ -357,9 +357,12 @@ def cli_env(**extra: str) -> dict[str, str]:
             "TORCHELASTIC_RUN_ID",
             "GROUP_RANK",
             "DISTRL_FAULTS",
+            "DISTRL_SLOW_RANKS",
         )
     }
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     env.update(COLUMNS="500", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     if "PYTHONPATH" in extra and env.get("PYTHONPATH"):  # add to an install's own path
         extra = dict(extra, PYTHONPATH=extra["PYTHONPATH"] + os.pathsep + env["PYTHONPATH"])
@@ -406,7 +409,8 @@ def ps_run(
     fault: dict,
     resume: str | None = None,
 ) -> dict:
-    """``run_training`` under a parameter-server strategy, with an optional fault:
+    """``run_training`` under a parameter-server strategy, with an optional fault and
+    stragglers (``dist["slow_ranks"]``: 'RANK:FACTOR,...', tests.fixtures.slow):
     ``{"kill_worker": (rank, iteration)}`` SIGKILLs that worker on entering that update;
     ``{"server": "kill"|"stop", "after": seconds}`` kills or stops rank 0 that long after its
     first iteration record. Returns rank 0's console output and metrics, and on a worker the
@@ -419,9 +423,9 @@ def ps_run(
     import threading
     import time
 
+    from distrl import Hooks
     from distrl.cli import run_training
     from distrl.config import DistConfig, PSConfig
-    from distrl.runner.hooks import HOOKS, Hooks
     from distrl.telemetry import read_metrics
 
     kill = fault.get("kill_worker")
@@ -443,14 +447,19 @@ def ps_run(
             if rank == 0 and "server" in fault and record["iteration"] == 1:
                 threading.Timer(fault["after"], hit_server).start()
 
-    HOOKS.append(Fault())
     ps = PSConfig(**dist.pop("ps", {}))
+    slow = dist.pop("slow_ranks", "")
     cfg = small_config(dist.pop("num_envs", 16), distributed=True, **agent)
     cfg = dataclasses.replace(cfg, run_dir=run_dir, dist=DistConfig(ps=ps, **dist), resume=resume)
+    if slow:  # every rank trains slow-cartpole; the ranks named run their env steps slower
+        from tests.fixtures import slow as straggler
+
+        os.environ[straggler.SLOW_RANKS_VAR] = slow
+        cfg = dataclasses.replace(cfg, task=straggler.register("cartpole"))
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            final = run_training(cfg)
+            final = run_training(cfg, hooks=[Fault()])
     except BaseException as e:
         if rank > 0:
             with open(os.path.join(run_dir, f"worker{rank}_error.json"), "w") as f:

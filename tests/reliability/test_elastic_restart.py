@@ -3,8 +3,10 @@ rank killed with SIGKILL mid-run. torchrun restarts both ranks, they resume from
 checkpoint, and the run ends at the same iteration with the same state, bit for bit, as the
 uninterrupted run (the session's `two_rank_reference`).
 
-The kill comes from a test-only hook, hooks/sitecustomize.py, which Python imports at start-up
-because this test puts hooks/ on PYTHONPATH; src/ has no test hook. The launcher sets
+The kill comes from a test-only hook: the run trains ``kill-once-cartpole``, which
+tests/fixtures/kill_once.py registers with its hook (``register_task(..., hooks=)``) in the
+launcher and in every rank (`distrl train --import tests.fixtures.kill_once`); src/ has no test
+hook. The launcher sets
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (distrl.distributed.launch), without which torch 2.13's
 Gloo workers were seen to fail to reconnect after a restart.
 """
@@ -14,9 +16,10 @@ from __future__ import annotations
 import pytest
 
 from distrl.telemetry import read_metrics
+from tests.fixtures import kill_once
 from tests.helpers import assert_same, final_state
 from tests.reliability.conftest import TWO_RANK_ITERS, two_rank_command
-from tests.reliability.workers import HOOKS, run_cli
+from tests.reliability.workers import run_cli
 
 KILL_AT = 5  # rank 1 dies entering the update of iteration 6; the newest checkpoint is 4
 
@@ -27,9 +30,8 @@ def test_killed_rank_restarts_from_the_newest_checkpoint_and_matches(two_rank_re
     run_dir = tmp_path / "run"
     marker = tmp_path / "killed"
     code, out, err, secs = run_cli(
-        two_rank_command(run_dir),
+        kill_once.command(two_rank_command(run_dir)),
         timeout=120,
-        PYTHONPATH=str(HOOKS),
         DISTRL_TEST_KILL_AT_ITERATION=str(KILL_AT),
         DISTRL_TEST_KILL_RANK="1",
         DISTRL_TEST_KILL_MARKER=str(marker),

@@ -12,9 +12,10 @@ import torch
 
 from distrl import checkpoint as ckpt
 from distrl.cli import run_training
-from distrl.envs.faulty import EnvFault, FaultyEnv, parse_faults
-from distrl.envs.registry import get_task, list_tasks
+from distrl.envs.registry import get_task
 from distrl.runner.on_policy import EnvStepError, NonFiniteEnvError
+from tests.fixtures.faulty import EnvFault, FaultyEnv, parse_faults
+from tests.helpers import BIN
 from tests.reliability.workers import faulty_train, poisoned_rewards, run_group, tiny_config
 
 DIST_TIMEOUT = 15.0
@@ -59,17 +60,32 @@ def test_fault_spec_from_the_environment(monkeypatch):
     env.reset(seed=0)
     with pytest.raises(EnvFault):
         env.step(torch.zeros(2, dtype=torch.long))
-    assert "faulty-cartpole" not in [t.name for t in list_tasks()]  # a fixture, not a task
-
-
-@pytest.mark.timeout(10)
-def test_faulty_task_exists_only_while_the_fault_variable_is_set(monkeypatch):
-    monkeypatch.delenv("DISTRL_FAULTS", raising=False)
-    with pytest.raises(ValueError, match="'faulty-cartpole' is a test fixture.*DISTRL_FAULTS"):
-        get_task("faulty-cartpole")
-    monkeypatch.setenv("DISTRL_FAULTS", "")  # set but empty: the task, with no faults
+    monkeypatch.delenv("DISTRL_FAULTS")  # unset: the task, with no faults
     env = get_task("faulty-cartpole").make_env(2, torch.device("cpu"), None)
     assert isinstance(env, FaultyEnv) and not env.raise_at and not env.corrupt_at
+
+
+@pytest.mark.timeout(60)
+def test_the_fault_task_is_no_task_of_the_package_and_the_command_line_imports_it(tmp_path):
+    import subprocess
+
+    from tests.distributed.workers import cli_env
+
+    def train(*args: str) -> subprocess.CompletedProcess:
+        cmd = [str(BIN / "distrl"), "train", *args, "--run-dir", str(tmp_path / "r")]
+        return subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=50)
+
+    r = train("faulty-cartpole")  # without the fixture module: unknown, and not listed
+    assert r.returncode == 2 and "unknown task 'faulty-cartpole'" in r.stderr, r.stderr
+    listed = subprocess.run(
+        [str(BIN / "distrl"), "list"], capture_output=True, text=True, env=cli_env(), timeout=50
+    )
+    assert listed.returncode == 0 and "faulty-cartpole" not in listed.stdout
+    r = train("--import", "tests.fixtures.faulty", "faulty-cartpole", "--help")
+    assert r.returncode == 0 and "train faulty-cartpole" in r.stdout, r.stdout + r.stderr
+    assert "slow-ranks" not in r.stdout  # no test-only flag among a task's options
+    r = train("--import", "tests.fixtures.nonesuch", "cartpole")
+    assert r.returncode == 2 and "--import tests.fixtures.nonesuch: no module named" in r.stderr
 
 
 # ---- one process -------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import torch
 from distrl.config import AgentConfig, DistConfig, EnvConfig, TrainConfig
 
 BIN = Path(sys.executable).parent
-HOOKS = Path(__file__).parent / "hooks"
 
 
 def tiny_config(
@@ -49,7 +48,7 @@ _PRELOAD = [
     "distrl.runner.on_policy",
     "distrl.distributed.allreduce",
     "distrl.envs.registry",
-    "distrl.envs.faulty",
+    "tests.fixtures.faulty",
     "distrl.telemetry",
     "torch.distributed",
 ]
@@ -83,8 +82,10 @@ def _report(path: str, rank: int, e: BaseException | None, t0: float, **extra) -
 def faulty_train(
     rank: int, world: int, faults: str, run_dir: str, timeout: float, report: str
 ) -> dict:
-    """``run_training`` on ``faulty-cartpole`` with ``DISTRL_FAULTS=faults``; writes
-    ``{report}.{rank}.json`` (what it raised, its cause, seconds) and re-raises."""
+    """``run_training`` on ``faulty-cartpole`` (tests.fixtures.faulty) with
+    ``DISTRL_FAULTS=faults``; writes ``{report}.{rank}.json`` (what it raised, its cause,
+    seconds) and re-raises."""
+    import tests.fixtures.faulty  # noqa: F401 (registers faulty-cartpole)
     from distrl.cli import run_training
 
     os.environ["DISTRL_FAULTS"] = faults  # parse_faults reads RANK (set by the harness)
@@ -107,9 +108,9 @@ def poisoned_rewards(
     """Rank 1's rewards become NaN after the rollout of the iterations in ``poison`` (the env
     check is off, advantages are not normalized: rank 0's own loss stays finite). Returns each
     rank's per-iteration skip counts and parameters, and what stopped training."""
+    from distrl import Hooks
     from distrl.algorithms.ppo import NonFiniteError
     from distrl.cli import run_training
-    from distrl.runner.hooks import HOOKS, Hooks
 
     history: list[dict] = []
 
@@ -130,7 +131,6 @@ def poisoned_rewards(
                 }
             )
 
-    HOOKS.append(Poison())
     cfg = tiny_config(
         "cartpole",
         run_dir,
@@ -142,7 +142,7 @@ def poisoned_rewards(
     )
     error = None
     try:
-        run_training(cfg)
+        run_training(cfg, hooks=[Poison()])
     except NonFiniteError as e:
         error = str(e)
     return {"history": history, "error": error}

@@ -7,22 +7,16 @@ Gymnasium id is available as ``gym:<Id>`` (built on demand, so the list below on
 ``default_config`` returns a fresh config every call (config dataclasses are frozen; callers derive
 variants with ``dataclasses.replace``).
 
-Test tasks live in a registry of their own, ``_TEST_TASKS``: today ``faulty-cartpole``, the
-fault-injecting CartPole of ``distrl.envs.faulty`` that the reliability tests train. They are
-never listed by ``list_tasks`` (so never by ``distrl list``), and ``get_task`` resolves them only
-while the ``DISTRL_FAULTS`` environment variable is set (to fault items, or empty for none). We
-chose the variable over a ``register_test_tasks()`` call because the tests also start the real CLI
-(``distrl train faulty-cartpole``, torchrun and its ranks) in subprocesses, which inherit the
-variable but not a registration made in the test process; and the task means nothing without the
-faults the variable carries. Without it the name is refused with a message that says so.
+Tasks of the user's own code (``register_task``) exist in the process that registered them; ranks
+that torchrun starts from the command line get them through ``distrl train --import MODULE``,
+which imports the registering module in every rank before the task is resolved.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +27,8 @@ from distrl.envs.acrobot import Acrobot
 from distrl.envs.cartpole import CartPole
 from distrl.envs.core import VecEnv
 from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
-from distrl.envs.faulty import FAULTS_ENV_VAR
 from distrl.envs.pendulum import Pendulum
+from distrl.runner.hooks import Hooks
 
 GYM_PREFIX = "gym:"
 
@@ -56,6 +50,9 @@ class Task:
     held_out_suite: EpisodicSuite | None = None
     """The suite whose held-out init states ``distrl play`` scores a policy of this PPO task on
     (``metaworld-mt10-ppo``: MT10's, as the episodic runs are scored)."""
+    hooks: tuple[Hooks, ...] = ()
+    """Callbacks every run of this task calls (``distrl.runner.hooks.Hooks``), before those
+    passed to ``distrl.train``; set by ``register_task(..., hooks=)``."""
 
     @property
     def evaluation_suite(self) -> EpisodicSuite | None:
@@ -404,25 +401,6 @@ _METAWORLD_PPO = Task(
 _BUILTINS[_METAWORLD_PPO.name] = _METAWORLD_PPO
 
 
-def _faulty_cartpole(
-    num_envs: int, device: torch.device, max_episode_steps: int | None = None
-) -> VecEnv:
-    from distrl.envs.faulty import from_environment
-
-    return from_environment(num_envs, device, max_episode_steps)
-
-
-# Test fixtures, not tasks to train: never listed; resolved only while DISTRL_FAULTS is set.
-_TEST_TASKS: dict[str, Task] = {
-    "faulty-cartpole": Task(
-        name="faulty-cartpole",
-        description="test: fault injection (cartpole that raises or returns NaN/Inf on cue, "
-        "set by DISTRL_FAULTS; see distrl.envs.faulty)",
-        make_env=_faulty_cartpole,
-        default_config=_config("faulty-cartpole", num_envs=16, num_steps=8, max_iterations=10),
-    ),
-}
-
 _GYM_EXAMPLES: dict[str, str] = {
     "CartPole-v1": "Gymnasium CartPole-v1 (discrete), stepped through the Gymnasium adapter",
     "Acrobot-v1": "Gymnasium Acrobot-v1 (discrete), stepped through the Gymnasium adapter",
@@ -481,6 +459,7 @@ def register_task(
     default_config: TrainConfig | None = None,
     description: str = "",
     max_episode_steps: int | None = None,
+    hooks: Sequence[Hooks] = (),
     replace: bool = False,
 ) -> Task:
     """Make ``name`` a task of this process: ``distrl.train``/``make_config`` then accept it.
@@ -493,13 +472,16 @@ def register_task(
     ``default_config`` is the task's starting config (its ``task`` is set to ``name``); without
     one a torch env starts from TrainConfig's defaults and a Gymnasium one from 8 envs x 128
     steps, as for ``gym:<Id>``. ``max_episode_steps`` is the Gymnasium env's time limit.
-    A torchrun-started script registers in every rank, as every rank runs it.
+    ``hooks`` (``distrl.Hooks`` instances) are called by every run of the task in this process.
+    A torchrun-started script registers in every rank, as every rank runs it; for ``distrl
+    train``, name the registering module on the command line: ``distrl train --import MODULE
+    NAME`` imports it in the launcher and in every rank.
     """
     if not isinstance(name, str) or not name or name.startswith(GYM_PREFIX):
         raise ValueError(
             f"a task name must be a non-empty string not starting with {GYM_PREFIX!r}, got {name!r}"
         )
-    if name in _BUILTINS or name in _EPISODIC or name in _TEST_TASKS:
+    if name in _BUILTINS or name in _EPISODIC:
         raise ValueError(f"task {name!r} is built in; register yours under another name")
     if name in _USER and not replace:
         raise ValueError(f"task {name!r} is already registered; pass replace=True to replace it")
@@ -516,6 +498,9 @@ def register_task(
             f"register_task({name!r}): default_config must be a TrainConfig (e.g. from "
             f"distrl.make_config), got {type(default_config).__name__}"
         )
+    hooks = tuple(hooks)
+    if not all(isinstance(h, Hooks) for h in hooks):
+        raise ValueError(f"register_task({name!r}): hooks must be distrl.Hooks instances")
     if gym is not None:
         make_env = _gym_factory_env(name, gym, max_episode_steps)
     assert make_env is not None
@@ -526,6 +511,7 @@ def register_task(
         description=description or f"registered by {getattr(factory, '__module__', '?')}",
         make_env=make_env,
         default_config=lambda: cfg,  # frozen: sharing one instance is safe
+        hooks=hooks,
     )
     _USER[name] = task
     return task
@@ -566,8 +552,6 @@ def get_task(name: str) -> Task:
         return _BUILTINS[name]
     if name in _USER:
         return _USER[name]
-    if name in _TEST_TASKS:
-        return _test_task(name)
     if name in _EPISODIC:
         if name == "metaworld-mt10":
             _require_metaworld()
@@ -582,17 +566,6 @@ def get_task(name: str) -> Task:
         f"unknown task {name!r}.{hint} Run `distrl list` for every task, or use gym:<Id> for a "
         f"Gymnasium environment."
     )
-
-
-def _test_task(name: str) -> Task:
-    """A task of ``_TEST_TASKS``, refused unless ``DISTRL_FAULTS`` is set (see the module doc)."""
-    if FAULTS_ENV_VAR not in os.environ:
-        raise ValueError(
-            f"task {name!r} is a test fixture, available only while {FAULTS_ENV_VAR} is set "
-            f"(to fault items, or empty for none), e.g. {FAULTS_ENV_VAR}='raise:11:3' distrl "
-            f"train {name}; `distrl list` shows the tasks to train"
-        )
-    return _TEST_TASKS[name]
 
 
 def default_config(name: str) -> TrainConfig:

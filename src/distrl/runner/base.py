@@ -37,7 +37,7 @@ from distrl.evaluation import BEST, Evaluator
 from distrl.policy import ActorCritic
 from distrl.runner import roles
 from distrl.runner.collector import Collector, RemoteRollouts
-from distrl.runner.hooks import HOOKS, Hooks
+from distrl.runner.hooks import Hooks
 from distrl.telemetry import Telemetry
 
 
@@ -70,7 +70,7 @@ class Runner(ABC):
         self.cfg, self.strategy = cfg, strategy
         self.tel = telemetry or Telemetry()  # the base class is the null object
         self.run_dir = run_dir
-        self.hooks = [*HOOKS, *(hooks or [])]
+        self.hooks = list(hooks or [])
         self.seed = rank_seed(cfg.seed, strategy.seed_rank)
         seed_everything(self.seed)
         self.iteration = 0

@@ -1,7 +1,9 @@
-"""Hook points around the update, for tests and extensions (fault injection, inspection).
+"""Callbacks around the update and after each iteration (inspection, fault injection, logging).
 
-A runner calls every hook in ``HOOKS`` (process-wide: a test's ``sitecustomize`` can install one
-before any runner exists) and then those it was built with. Every method is a no-op here.
+A runner calls the hooks it was built with, in order: ``distrl.train(cfg, hooks=[...])`` passes
+them in one process, and ``register_task(..., hooks=[...])`` ties them to a task, so that ranks
+started by torchrun get them by importing the registering module (``distrl train --import
+MODULE TASK``). Every method is a no-op here: subclass and override what you need.
 """
 
 from __future__ import annotations
@@ -21,6 +23,3 @@ class Hooks:
 
     def after_iteration(self, runner: Runner, record: dict[str, Any]) -> None:
         """After an iteration's record is logged (every role, the server's too)."""
-
-
-HOOKS: list[Hooks] = []

@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from distrl.bench import common
+from benchmarks import common
 
 SMALL_BYTES = 1024  # size assumed for each small per-iteration collective (a few hundred floats)
 
@@ -345,7 +345,7 @@ def show_validation(val: list[dict]) -> None:
 
 
 def plot(p: ModelInputs, rows: list[dict], val: list[dict], out: Path) -> None:
-    from distrl.bench import plots
+    from benchmarks import plots
 
     plots.projection(
         rows,

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from distrl.bench import common
-from distrl.bench.runs import PYTHON_CLI, quiet_train_args
+from benchmarks import common
+from benchmarks.runs import PYTHON_CLI, quiet_train_args
 from distrl.telemetry import read_metrics
 
 # task -> target return: Gymnasium's own thresholds where it defines one; for the MuJoCo tasks

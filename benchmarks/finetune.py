@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distrl.bench import common
-from distrl.bench.runs import PYTHON_CLI, quiet_train_args
+from benchmarks import common
+from benchmarks.runs import PYTHON_CLI, quiet_train_args
 from distrl.telemetry import read_metrics
 
 

@@ -1,6 +1,6 @@
 """`distrl bench throughput`: env-steps per second of the rollout alone and of whole training
 iterations, each case in a fresh process (its own thread count and peak memory): the command
-(``throughput``) starts ``python -m distrl.bench.throughput`` (``main``) once per case and repeat.
+(``throughput``) starts ``python -m benchmarks.throughput`` (``main``) once per case and repeat.
 
 Cases:
   rollout  policy act + env step + storage, the runner's own ``rollout()``, no learning
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from distrl.bench import common
+from benchmarks import common
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def measure_case(a: ThroughputArgs, case: str, envs: int, m: dict) -> dict:
     args = ["--case", case, "--task", a.task, "--num-envs", str(envs)]
     args += ["--num-steps", str(a.num_steps), "--iterations", str(a.iterations)]
     args += ["--threads", str(a.threads), "--device", a.device]
-    runs = [common.run_json("distrl.bench.throughput", args) for _ in range(a.repeats)]
+    runs = [common.run_json("benchmarks.throughput", args) for _ in range(a.repeats)]
     row = dict(runs[0])
     row["sps_median"] = statistics.median(r["sps_median"] for r in runs)
     row["sps_runs"] = " ".join(f"{r['sps_median']:.0f}" for r in runs)
@@ -91,7 +91,7 @@ def measure(
     threads: int,
     device: str = "auto",
 ) -> dict:
-    from distrl.bench.roofline import device_sync
+    from benchmarks.roofline import device_sync
     from distrl.config import AgentConfig, EnvConfig, validate
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy

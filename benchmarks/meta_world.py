@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from distrl.bench import common
+from benchmarks import common
 
 DEFAULT_TASKS = "push-v3,pick-place-v3,door-open-v3,drawer-open-v3,window-open-v3"
 

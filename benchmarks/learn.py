@@ -23,9 +23,9 @@ from typing import Literal
 
 import numpy as np
 
-from distrl.bench import common
-from distrl.bench.runs import per_rank_envs, quiet_train_args, run_training
-from distrl.bench.solve import DEFAULT_TARGETS, time_to_target
+from benchmarks import common
+from benchmarks.runs import per_rank_envs, quiet_train_args, run_training
+from benchmarks.solve import DEFAULT_TARGETS, time_to_target
 
 
 @dataclass(frozen=True)
@@ -292,7 +292,7 @@ def write_results(
     long_rows: list[dict],
     curves: dict[int, list[dict]],
 ) -> None:
-    from distrl.bench import plots
+    from benchmarks import plots
 
     common.write_csv(out / "per_run.csv", per_run)
     common.write_csv(out / "summary.csv", summary)

@@ -56,6 +56,18 @@ def header(title: str) -> dict[str, Any]:
     return m
 
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The repository's root: ``benchmarks`` and ``tests`` are its top-level packages."""
+
+
+def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a benchmark's subprocess, the checkout's root first on
+    PYTHONPATH (``python -m benchmarks.X``, ``train --import tests.fixtures.X`` from anywhere),
+    ``extra`` on top."""
+    path = os.pathsep.join([str(CHECKOUT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return dict(os.environ, PYTHONPATH=path, **(extra or {}))
+
+
 def out_dir(path: str | None, name: str) -> Path:
     p = Path(path) if path else Path("bench_out") / name
     p.mkdir(parents=True, exist_ok=True)
@@ -131,7 +143,7 @@ def run_json(
 ) -> dict:
     """Run ``python -m module args`` in a fresh process (clean threads, own peak memory) and
     parse the JSON object it prints on its last line."""
-    e = dict(os.environ, **(env or {}))
+    e = subprocess_env(env)
     proc = subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from distrl.bench import common
-from distrl.bench.comm import _join_group, _timed, run_ranks
+from benchmarks import common
+from benchmarks.comm import _join_group, _timed, run_ranks
 from distrl.distributed.routing import lpt_guarantee, routing_table
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def _backend(a: BroadcastArgs, world: int) -> str:
 
 
 def write_results(a: BroadcastArgs, m: dict, out: Path, backend: str, rows: list[dict]) -> None:
-    from distrl.bench import plots
+    from benchmarks import plots
 
     common.write_csv(out / "broadcast.csv", rows)
     plots.broadcast(rows, out / "broadcast.png", f"weight sync, {backend} | {m['cpu']}")

@@ -51,7 +51,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from distrl.bench import common
+from benchmarks import common
 
 
 @dataclass(frozen=True)
@@ -501,7 +501,7 @@ def phase_row(key, label, kind, t, b, sb, cols: dict) -> dict:
 
 
 def report(phase_rows: list[dict], gemm_rows: list[dict], cfg, a: RooflineArgs, out: Path):
-    from distrl.bench import plots
+    from benchmarks import plots
 
     common.write_csv(out / "roofline.csv", phase_rows)
     common.write_csv(out / "roofline_gemms.csv", gemm_rows)

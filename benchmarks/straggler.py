@@ -1,5 +1,7 @@
 """`distrl bench straggler`: allreduce against the parameter-server modes (BSP/ASP/BAP, after
-MALib), without and with one worker slowed down (``--dist.slow-ranks``).
+MALib), without and with one worker slowed down: the straggler runs train ``slow-<task>`` of
+tests/fixtures/slow.py (`train --import tests.fixtures.slow`, a checkout has both packages), whose
+env steps take ``--slowdown`` times as long on the rank ``DISTRL_SLOW_RANKS`` names.
 
 Every mode runs with the same number of *workers* (ranks that collect): allreduce with W ranks,
 the ps-* modes with W workers plus the server rank. Per (mode, straggler, seed) the task trains
@@ -15,9 +17,9 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from distrl.bench import common, plots
-from distrl.bench.runs import quiet_train_args, run_training
-from distrl.bench.solve import DEFAULT_TARGETS, time_to_target
+from benchmarks import common, plots
+from benchmarks.runs import quiet_train_args, run_training
+from benchmarks.solve import DEFAULT_TARGETS, time_to_target
 from distrl.config import DistConfig
 
 
@@ -74,6 +76,11 @@ def mode_args(mode: str, a: StragglerArgs) -> tuple[str, list[str], int, int]:
     return mode, flags, a.workers + 1, a.workers  # rank 0 serves; the last worker straggles
 
 
+def straggler_env(task: str, rank: int, slowdown: float) -> dict[str, str]:
+    """What a straggler run's processes get: tests.fixtures.slow's task and its slow rank."""
+    return {"DISTRL_SLOW_TASK": task, "DISTRL_SLOW_RANKS": f"{rank}:{slowdown}"}
+
+
 def straggler(a: StragglerArgs) -> list[dict]:
     shape = f"{a.slowdown:g}x straggler" if a.straggler else "no straggler"
     m = common.header(f"bench straggler: {a.task}, {a.workers} workers, {shape}")
@@ -87,11 +94,13 @@ def straggler(a: StragglerArgs) -> list[dict]:
         for slow in (False, True) if a.straggler else (False,):
             for seed in range(a.seeds):
                 extra = [*flags, *quiet_train_args(a.threads), *common.split_extra(a.extra)]
+                task, env = a.task, None
                 if slow:
-                    extra += ["--dist.slow-ranks", f"{slow_rank}:{a.slowdown}"]
+                    task, env = f"slow-{a.task}", straggler_env(a.task, slow_rank, a.slowdown)
+                    extra += ["--import", "tests.fixtures.slow"]
                 name = f"{label.replace(':', '_S')}_{'slow' if slow else 'even'}_s{seed}"
                 run_dir = out / "runs" / name
-                recs = run_training(a.task, world, extra, run_dir, a.timeout, seed=seed)
+                recs = run_training(task, world, extra, run_dir, a.timeout, seed=seed, env=env)
                 row = run_row(label, slow, seed, recs, target)
                 per_run.append(row)
                 t = row["time_to_target_s"]

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from distrl.bench import common
+from benchmarks import common
 
 
 def per_rank_envs(total_or_rank: int, world: int, mode: str) -> int:
@@ -39,7 +39,7 @@ PYTHON_CLI = [sys.executable, "-m", "distrl.cli"]
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return common.subprocess_env({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:
@@ -69,10 +69,14 @@ def _wait(procs: list[subprocess.Popen], logs: list[Path], timeout: float, what:
         raise RuntimeError(f"{what} failed (exit {p.returncode}, log {log}):\n{tail}")
 
 
-def _start(cmd: list[str], log) -> subprocess.Popen:
+def _start(cmd: list[str], log, env: dict[str, str] | None = None) -> subprocess.Popen:
     # own session: a timeout or Ctrl-C kills the run's process group, ranks included
     return subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(_env(), **(env or {})),
+        start_new_session=True,
     )
 
 
@@ -96,9 +100,11 @@ def run_training(
     timeout: float,
     seed: int = 0,
     iterations: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> list[dict]:
     """One training run of ``world`` ranks (torchrun for W>1); returns rank 0's metrics.
-    With ``iterations``, a failed exit after that many logged iterations only warns."""
+    With ``iterations``, a failed exit after that many logged iterations only warns. ``env``:
+    variables the run gets on top of this process's."""
     from distrl.distributed import launch
     from distrl.telemetry import read_metrics
 
@@ -110,7 +116,7 @@ def run_training(
         cmd = launch.torchrun_command(world, 0, [*args, "--distributed", "True"])
     log = run_dir / "launch.log"
     with log.open("w") as f:
-        p = _start(cmd, f)
+        p = _start(cmd, f, env)
         try:
             _wait([p], [log], timeout, f"W={world} run")
         except RuntimeError:

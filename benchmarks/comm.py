@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from distrl.bench import common
-from distrl.bench.project import ring_link_params
+from benchmarks import common
+from benchmarks.project import ring_link_params
 
 
 @dataclass(frozen=True)
@@ -360,7 +360,7 @@ def write_results(
     fit: dict,
     sync_rows: list[dict],
 ) -> None:
-    from distrl.bench import plots
+    from benchmarks import plots
 
     common.write_csv(out / "allreduce.csv", points)
     common.write_csv(out / "fit.csv", [fit])

@@ -8,18 +8,18 @@ from collections.abc import Callable
 
 import tyro
 
-from distrl.bench.broadcast import BroadcastArgs, broadcast
-from distrl.bench.cluster import ClusterArgs, cluster
-from distrl.bench.comm import CommArgs, comm
-from distrl.bench.finetune import FinetuneArgs, finetune
-from distrl.bench.learn import LearnArgs, learn
-from distrl.bench.meta_world import MetaWorldArgs, metaworld
-from distrl.bench.project import ProjectArgs, project_cmd
-from distrl.bench.roofline import RooflineArgs, roofline
-from distrl.bench.scaling import ScalingArgs, scaling
-from distrl.bench.solve import SolveArgs, solve
-from distrl.bench.straggler import StragglerArgs, straggler
-from distrl.bench.throughput import ThroughputArgs, throughput
+from benchmarks.broadcast import BroadcastArgs, broadcast
+from benchmarks.cluster import ClusterArgs, cluster
+from benchmarks.comm import CommArgs, comm
+from benchmarks.finetune import FinetuneArgs, finetune
+from benchmarks.learn import LearnArgs, learn
+from benchmarks.meta_world import MetaWorldArgs, metaworld
+from benchmarks.project import ProjectArgs, project_cmd
+from benchmarks.roofline import RooflineArgs, roofline
+from benchmarks.scaling import ScalingArgs, scaling
+from benchmarks.solve import SolveArgs, solve
+from benchmarks.straggler import StragglerArgs, straggler
+from benchmarks.throughput import ThroughputArgs, throughput
 
 USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` for options)
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from distrl.bench import common
-from distrl.bench.project import grad_buffer_bytes
-from distrl.bench.runs import per_rank_envs, quiet_train_args, run_independent, run_training
+from benchmarks import common
+from benchmarks.project import grad_buffer_bytes
+from benchmarks.runs import per_rank_envs, quiet_train_args, run_independent, run_training
 
 SUMMARY_COLUMNS = [
     "W",
@@ -334,7 +334,7 @@ def run_facts(a: ScalingArgs, plan: Plan, m: dict) -> dict:
 def write_results(
     a: ScalingArgs, plan: Plan, m: dict, out: Path, per_run: list[dict], summary: list[dict]
 ) -> None:
-    from distrl.bench import plots
+    from benchmarks import plots
 
     common.write_csv(out / "per_run.csv", per_run)
     common.write_csv(out / "summary.csv", summary)

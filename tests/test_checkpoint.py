@@ -616,3 +616,36 @@ def test_checkpoint_from_before_reward_scaling_still_resumes(tmp_path):
     scaled = dataclasses.replace(cfg, policy=PolicyConfig(reward_normalization=True))
     with pytest.raises(CheckpointError, match="policy.reward_normalization: <missing> -> true"):
         check_resume_compatible(manifest, to_dict(scaled), 2)
+
+
+# ----------------------------------------------------------------- torch floor (finding 2)
+
+
+def test_pyproject_requires_a_torch_whose_weights_only_is_safe():
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    (torch_req,) = [r for r in project["dependencies"] if re.match(r"torch\b", r)]
+    floor = re.fullmatch(r"torch>=(\d+)\.(\d+)", torch_req)
+    assert floor, torch_req
+    assert (int(floor.group(1)), int(floor.group(2))) >= ck.SAFE_TORCH == (2, 10)
+
+
+@pytest.mark.parametrize("version", ["2.5.1", "2.9.1+cu126", "2.3.0"])
+def test_an_older_torch_refuses_to_unpickle_a_checkpoint(tmp_path, monkeypatch, version):
+    path = save_checkpoint(tmp_path, 1, _state(), _meta())
+    calls = []
+    monkeypatch.setattr(torch, "__version__", version)
+    monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(a))
+    with pytest.raises(CheckpointError, match=r"refusing to load a checkpoint with torch") as err:
+        load_checkpoint(path)
+    assert str(path) in str(err.value) and "torch>=2.10" in str(err.value)
+    assert "CVE-2025-32434" in str(err.value)
+    assert calls == []  # nothing was unpickled
+
+
+def test_torch_release_parses_local_versions():
+    assert ck.torch_release("2.13.0+cpu") == (2, 13)
+    assert ck.torch_release("2.10.0a0+git123") == (2, 10)
+    assert ck.torch_release("2.9.1") < ck.SAFE_TORCH <= ck.torch_release("2.10.0")

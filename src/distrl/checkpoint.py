@@ -18,7 +18,8 @@ deletes older ones, but never the newest one that verifies, so a resume always h
 Loading verifies before unpickling: size and sha256 against the manifest (a flipped byte inside a
 tensor's storage loads fine with ``torch.load`` alone and silently corrupts the policy), then
 ``torch.load(..., weights_only=True)``, which refuses arbitrary pickled objects instead of
-running them. Every failure is a ``CheckpointError`` that names the file and the reason.
+running them; on a torch older than ``SAFE_TORCH`` (2.10), whose ``weights_only`` has known holes,
+nothing is unpickled at all. Every failure is a ``CheckpointError`` that names the file and the reason.
 
 This module is pure file logic: no ``torch.distributed`` (the runner decides that rank 0
 writes), no logging (functions return what they skipped or noticed; the runner prints it).
@@ -91,6 +92,31 @@ class CheckpointError(ValueError):
 
     def __reduce__(self):  # keep picklable (multiprocessing) despite the two-argument __init__
         return (type(self), (self.path, self.reason))
+
+
+SAFE_TORCH = (2, 10)
+"""The oldest torch whose ``torch.load(weights_only=True)`` we trust with a file from elsewhere:
+it can run code on torch <= 2.5.1 (CVE-2025-32434) and corrupt memory before 2.10
+(CVE-2026-24747). pyproject.toml requires at least this release."""
+
+
+def torch_release(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of ``version`` (default: the running torch), e.g. (2, 13)."""
+    m = re.match(r"(\d+)\.(\d+)", version if version is not None else str(torch.__version__))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def require_safe_torch(path: Path | str, what: str = "checkpoint") -> None:
+    """Refuse to unpickle ``path`` on a torch older than ``SAFE_TORCH``."""
+    if torch_release() < SAFE_TORCH:
+        need = ".".join(map(str, SAFE_TORCH))
+        raise CheckpointError(
+            path,
+            f"refusing to load a {what} with torch {torch.__version__}: before {need}, "
+            f"torch.load(weights_only=True) can run code (CVE-2025-32434, torch <= 2.5.1) or "
+            f"corrupt memory (CVE-2026-24747) when a file is crafted; upgrade with "
+            f"pip install 'torch>={need}'",
+        )
 
 
 # ----------------------------------------------------------------------------------- paths
@@ -354,6 +380,7 @@ def load_checkpoint(path: Path, map_location: Any = "cpu") -> tuple[dict, dict]:
             f"sha256 mismatch: file has {digest}, manifest says {manifest['sha256']} "
             f"(the file was modified or corrupted after it was written)",
         )
+    require_safe_torch(path)
     try:
         state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises UnpicklingError, RuntimeError, ... depending on cause

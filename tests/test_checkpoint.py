@@ -64,6 +64,7 @@ def _rewrite_manifest(path, **changes) -> None:
     mpath = ck.manifest_path(path)
     manifest = json.loads(mpath.read_text())
     manifest.update(changes)
+    manifest[ck.DIGEST_KEY] = ck.manifest_digest(manifest)  # the edit is not what is tested
     mpath.write_text(json.dumps(manifest))
 
 

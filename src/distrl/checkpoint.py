@@ -61,6 +61,9 @@ _TMP_PREFIX = ".tmp-"
 _TMP_RE = re.compile(r"^\.tmp-(?P<name>[^/]+\.(pt|json))\.(?P<pid>\d+)\.[0-9a-f]+$")
 # Keys this module owns in the manifest; runner metadata may not shadow them.
 _MANIFEST_KEYS = ("file", "sha256", "size", "schema_version", "iteration")
+DIGEST_KEY = "manifest_sha256"
+"""The manifest's own digest: sha256 over every other key of it (``manifest_digest``), so the
+config, task and world size it carries are covered like the data file is by ``sha256``."""
 
 MUST_MATCH: tuple[str, ...] = (
     "task",  # a different task has other obs/action spaces and another reward
@@ -263,7 +266,7 @@ def save_checkpoint(
     _check_keep(keep)
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict, got {type(state).__name__}")
-    clash = sorted(set(meta) & set(_MANIFEST_KEYS))
+    clash = sorted(set(meta) & {*_MANIFEST_KEYS, DIGEST_KEY})
     if clash:
         raise ValueError(f"meta may not set manifest keys {clash}; they are computed here")
     directory = Path(directory)
@@ -285,6 +288,7 @@ def save_checkpoint(
         "schema_version": SCHEMA_VERSION,
         "iteration": iteration,
     }
+    manifest[DIGEST_KEY] = manifest_digest(manifest)
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -389,8 +393,17 @@ def _newest_valid(found: list[Path], known_valid: Path | None) -> Path | None:
 # ------------------------------------------------------------------------------------ load
 
 
+def manifest_digest(manifest: dict) -> str:
+    """sha256 over the manifest's keys but ``DIGEST_KEY`` (JSON, sorted keys, no spaces)."""
+    body = {k: v for k, v in manifest.items() if k != DIGEST_KEY}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def read_manifest(path: Path) -> dict:
-    """Parse and sanity-check the manifest of checkpoint ``path``."""
+    """Parse and check the manifest of checkpoint ``path``: its keys, schema version and
+    iteration, its own digest (``DIGEST_KEY``; manifests written before it existed have none),
+    and that the task it names imports no module (``registry.check_task_from_file``)."""
     path = Path(path)
     mpath = manifest_path(path)
     if not mpath.is_file():
@@ -420,6 +433,22 @@ def read_manifest(path: Path) -> dict:
         raise CheckpointError(
             path, f"manifest {mpath.name} says iteration {manifest['iteration']}, name says {named}"
         )
+    if DIGEST_KEY in manifest and manifest[DIGEST_KEY] != manifest_digest(manifest):
+        raise CheckpointError(
+            path,
+            f"manifest {mpath.name} was modified after it was written: its {DIGEST_KEY} does "
+            f"not match its contents (the config, task and world size it carries); refusing it",
+        )
+    config = manifest.get("config")
+    tasks = [manifest.get("task"), config.get("task") if isinstance(config, dict) else None]
+    if any(isinstance(t, str) and t.startswith("gym:") for t in tasks):
+        from distrl.envs.registry import check_task_from_file
+
+        for task in tasks:
+            try:
+                check_task_from_file(task, f"the manifest {mpath}")
+            except ValueError as e:
+                raise CheckpointError(path, str(e)) from None
     return manifest
 
 

@@ -114,17 +114,24 @@ def torch_release(version: str | None = None) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
+def unsafe_torch(what: str = "checkpoint") -> str | None:
+    """Why this torch may not unpickle a ``what`` file (older than ``SAFE_TORCH``), or None."""
+    if torch_release() >= SAFE_TORCH:
+        return None
+    need = ".".join(map(str, SAFE_TORCH))
+    return (
+        f"refusing to load a {what} with torch {torch.__version__}: before {need}, "
+        f"torch.load(weights_only=True) can run code (CVE-2025-32434, torch <= 2.5.1) or "
+        f"corrupt memory (CVE-2026-24747) when a file is crafted; upgrade with "
+        f"pip install 'torch>={need}'"
+    )
+
+
 def require_safe_torch(path: Path | str, what: str = "checkpoint") -> None:
     """Refuse to unpickle ``path`` on a torch older than ``SAFE_TORCH``."""
-    if torch_release() < SAFE_TORCH:
-        need = ".".join(map(str, SAFE_TORCH))
-        raise CheckpointError(
-            path,
-            f"refusing to load a {what} with torch {torch.__version__}: before {need}, "
-            f"torch.load(weights_only=True) can run code (CVE-2025-32434, torch <= 2.5.1) or "
-            f"corrupt memory (CVE-2026-24747) when a file is crafted; upgrade with "
-            f"pip install 'torch>={need}'",
-        )
+    why = unsafe_torch(what)
+    if why is not None:
+        raise CheckpointError(path, why)
 
 
 # ----------------------------------------------------------------------------------- paths

@@ -44,6 +44,7 @@ from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.policy import ActorCritic, Moments
 from distrl.policy.distributions import powerlaw_noise
 from distrl.runner.base import Runner
+from distrl.runner.collector import NonFiniteEnvError
 from distrl.runner.hooks import Hooks
 from distrl.storage.episodes import EpisodeBatch, collect_episodes
 from distrl.telemetry import Telemetry
@@ -139,6 +140,31 @@ class EpisodicRunner(Runner):
             noise = powerlaw_noise(shape, env.max_episode_steps, self.mt.noise_beta, gen)
         self.task = task
         self.batch = collect_episodes(env, act, init, self.mt.group_size, env_seed, noise)
+        if self.cfg.env.check_finite:
+            self.check_finite(task, self.batch)
+
+    def check_finite(self, task: int, batch: EpisodeBatch) -> None:
+        """NaN/Inf from the env stops training here, before the update or the normalizer sees
+        it, naming rank, task, episode (env row), its init state and the step."""
+        for field, x in (("observation", batch.obs), ("reward", batch.rewards)):
+            bad = ~torch.isfinite(x)
+            while bad.dim() > 2:
+                bad = bad.any(-1)
+            bad &= batch.mask  # padding past an episode's end is not the env's
+            if bool(bad.any()):
+                e, t = (int(v) for v in bad.nonzero()[0])
+                # obs[t] came from the reset (t = 0) or from step t - 1
+                when = (
+                    "from its reset"
+                    if field == "observation" and t == 0
+                    else (f"at episode step {t - 1 if field == 'observation' else t}")
+                )
+                raise NonFiniteEnvError(
+                    f"rank {self.strategy.rank}: task {self.task_names[task]}: env {e} "
+                    f"(episode {e}, init state {int(batch.init_indices[e])}) returned a "
+                    f"non-finite {field} {when} (iteration {self.iteration}); the update was "
+                    f"not run"
+                )
 
     @property
     def env_steps(self) -> int:
@@ -210,12 +236,20 @@ class EpisodicRunner(Runner):
         if mt.self_imitation:
             self.remember(task, batch)
         metrics = self.update(batch, adv, scale, kept_total)
-        if self.policy.normalizer.enabled:  # count-weighted merge across ranks
-            self.policy.normalizer.update(Moments.from_flat_sum(counts["obs"]))
+        # Count-weighted merge across ranks, but not of an iteration whose updates were skipped
+        # for NaN/Inf (agreed: the skip count is global) nor of non-finite moments (the same sums
+        # on every rank): one NaN observation would poison the normalizer for good.
+        if metrics.get("train/skipped_updates", 0) == 0:
+            self.merge_obs_moments(counts["obs"])
         metrics |= self.task_metrics(counts, w.task_shares)
         for h in self.hooks:
             h.after_update(self, metrics)
         return metrics
+
+    def merge_obs_moments(self, flat_sum: torch.Tensor) -> None:
+        """The observation normalizer takes in the agreed moments when they are finite."""
+        if self.policy.normalizer.enabled and bool(torch.isfinite(flat_sum).all()):
+            self.policy.normalizer.update(Moments.from_flat_sum(flat_sum))
 
     def weights(self, counts: dict[str, torch.Tensor]) -> GradientWeights:
         """Every collector's gradient weight and every task's share, from the kept episodes of
@@ -234,7 +268,7 @@ class EpisodicRunner(Runner):
         the next record (under ps-asp one worker's statistics arrive at a time)."""
         named = self.stats_layout.unpack_sums(sums)
         if self.policy.normalizer.enabled:
-            self.policy.normalizer.update(Moments.from_flat_sum(named.pop("obs")))
+            self.merge_obs_moments(named.pop("obs"))
         pending = self._served
         self._served = {k: v.clone() + (pending[k] if pending else 0) for k, v in named.items()}
 

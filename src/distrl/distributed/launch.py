@@ -134,9 +134,12 @@ def loopback_interface() -> str:
 def torchrun_command(
     nproc: int, max_restarts: int, script_args: list[str], port: int | None = None
 ) -> list[str]:
-    """torchrun joining the rendezvous store at 127.0.0.1:``port`` (hosted by the caller;
-    ``rendezvous_store``) as a client."""
-    port = free_port() if port is None else port
+    """torchrun joining the rendezvous store at 127.0.0.1:``port``, hosted by the caller
+    (``rendezvous_store``), as a client; without ``port``, torchrun hosts the store itself on a
+    free port, and torch's server then listens on every interface (``launch`` never does
+    that)."""
+    hosted = port is not None
+    port = port if port is not None else free_port()
     return [
         sys.executable,
         "-m",
@@ -145,7 +148,7 @@ def torchrun_command(
         "--nnodes=1",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint=127.0.0.1:{port}",
-        "--rdzv-conf=is_host=false",
+        *(["--rdzv-conf=is_host=false"] if hosted else []),
         "--local-addr=127.0.0.1",
         f"--max-restarts={max_restarts}",
         "--monitor-interval=0.5",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import io
 import json
@@ -63,6 +64,7 @@ def _rewrite_manifest(path, **changes) -> None:
     mpath = ck.manifest_path(path)
     manifest = json.loads(mpath.read_text())
     manifest.update(changes)
+    manifest[ck.DIGEST_KEY] = ck.manifest_digest(manifest)  # the edit is not what is tested
     mpath.write_text(json.dumps(manifest))
 
 
@@ -273,11 +275,12 @@ def _kill_save_at(tmp_path, monkeypatch, iteration: int, suffix: str) -> None:
 
 def test_remove_stale_temporaries_removes_what_killed_saves_left(tmp_path, monkeypatch):
     save_checkpoint(tmp_path, 1, _state(1), _meta())
-    _kill_save_at(tmp_path, monkeypatch, 2, ".pt")  # died writing the data file
-    _kill_save_at(tmp_path, monkeypatch, 3, ".json")  # data landed, died writing the manifest
+    _kill_save_at(tmp_path, monkeypatch, 2, ".pt")  # both written, died renaming the data file
+    _kill_save_at(tmp_path, monkeypatch, 3, ".json")  # data landed, died renaming the manifest
     temps = sorted(p for p in tmp_path.iterdir() if p.name.startswith(".tmp-"))
     pid = os.getpid()
     assert [re.sub(r"\.[0-9a-f]{8}$", ".HEX", p.name) for p in temps] == [
+        f".tmp-ckpt_00000002.json.{pid}.HEX",
         f".tmp-ckpt_00000002.pt.{pid}.HEX",
         f".tmp-ckpt_00000003.json.{pid}.HEX",
     ]
@@ -616,3 +619,126 @@ def test_checkpoint_from_before_reward_scaling_still_resumes(tmp_path):
     scaled = dataclasses.replace(cfg, policy=PolicyConfig(reward_normalization=True))
     with pytest.raises(CheckpointError, match="policy.reward_normalization: <missing> -> true"):
         check_resume_compatible(manifest, to_dict(scaled), 2)
+
+
+# ----------------------------------------------------------------- torch floor (finding 2)
+
+
+def test_pyproject_requires_a_torch_whose_weights_only_is_safe():
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    (torch_req,) = [r for r in project["dependencies"] if re.match(r"torch\b", r)]
+    floor = re.fullmatch(r"torch>=(\d+)\.(\d+)", torch_req)
+    assert floor, torch_req
+    assert (int(floor.group(1)), int(floor.group(2))) >= ck.SAFE_TORCH == (2, 10)
+
+
+@pytest.mark.parametrize("version", ["2.5.1", "2.9.1+cu126", "2.3.0"])
+def test_an_older_torch_refuses_to_unpickle_a_checkpoint(tmp_path, monkeypatch, version):
+    path = save_checkpoint(tmp_path, 1, _state(), _meta())
+    calls = []
+    monkeypatch.setattr(torch, "__version__", version)
+    monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(a))
+    with pytest.raises(CheckpointError, match=r"refusing to load a checkpoint with torch") as err:
+        load_checkpoint(path)
+    assert str(path) in str(err.value) and "torch>=2.10" in str(err.value)
+    assert "CVE-2025-32434" in str(err.value)
+    assert calls == []  # nothing was unpickled
+
+
+def test_torch_release_parses_local_versions():
+    assert ck.torch_release("2.13.0+cpu") == (2, 13)
+    assert ck.torch_release("2.10.0a0+git123") == (2, 10)
+    assert ck.torch_release("2.9.1") < ck.SAFE_TORCH <= ck.torch_release("2.10.0")
+
+
+# ------------------------------------------------ saves that never lose the last good file
+
+
+def _fail_fsync_of(monkeypatch, prefix: str, skip: int = 0) -> list[str]:
+    """Make ``os.fsync`` of a file named ``prefix``... raise ENOSPC, after ``skip`` such calls
+    succeeded (a disk that fills up while a save writes); return the names it failed on."""
+    real_fsync = os.fsync
+    seen: list[str] = []
+    failed: list[str] = []
+
+    def fsync(fd):
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.startswith(prefix):
+            seen.append(name)
+            if len(seen) > skip:
+                failed.append(name)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return failed
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+@pytest.mark.parametrize("skip", [0, 1], ids=["data-temp", "manifest-temp"])
+def test_a_full_disk_while_resaving_best_keeps_the_previous_best(tmp_path, monkeypatch, skip):
+    best = save_checkpoint(tmp_path, 3, _state(3), _meta(), name="best.pt")
+    before = best.read_bytes(), ck.manifest_path(best).read_bytes()
+    failed = _fail_fsync_of(monkeypatch, ".tmp-best.", skip=skip)
+    with pytest.raises(OSError) as err:
+        save_checkpoint(tmp_path, 5, _state(5), _meta(), name="best.pt")
+    monkeypatch.undo()
+    assert failed, "the fault was not injected"
+    # the previous best.pt is untouched and loads; nothing is left behind
+    assert (best.read_bytes(), ck.manifest_path(best).read_bytes()) == before
+    assert load_checkpoint(best)[1]["iteration"] == 3
+    assert _names(tmp_path) == ["best.json", "best.pt"]
+    # one clear error naming the directory and the cause, and an OSError still
+    assert isinstance(err.value, ck.CheckpointSaveError) and err.value.errno == errno.ENOSPC
+    msg = str(err.value)
+    assert f"could not save best.pt in {tmp_path}: " in msg, msg
+    assert "No space left on device (ENOSPC)" in msg and "free some space" in msg, msg
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+@pytest.mark.timeout(60)
+def test_a_full_disk_at_a_periodic_save_ends_the_run_with_one_clear_error(tmp_path, monkeypatch):
+    from tests.helpers import api_train
+
+    failed = _fail_fsync_of(monkeypatch, ".tmp-ckpt_00000002.")
+    with pytest.raises(OSError) as err:
+        api_train("cartpole", tmp_path / "run", agent={"save_interval": 1, "max_iterations": 3})
+    assert failed
+    ckdir = tmp_path / "run" / "checkpoints"
+    assert type(err.value).__name__ == "CheckpointSaveError", repr(err.value)
+    assert str(err.value).startswith(f"could not save ckpt_00000002.pt in {ckdir}: No space")
+    assert err.value.__cause__ is None  # one error, not a chain ending in a raw OSError
+    assert find_latest_valid(ckdir)[0] == checkpoint_path(ckdir, 1)
+    assert not [p for p in ckdir.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_stale_temporaries_of_every_saved_file_are_swept_but_never_a_live_writers(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        names = ["ckpt_00000002.pt", "ckpt_00000002.json", "best.pt", "best.json", "bc.pt"]
+        names += ["avg_00000001-00000003.pt", "avg_00000001-00000003.json"]
+        stale = [tmp_path / f".tmp-{n}.{dead.pid}.0badf00d" for n in names]
+        alive = [tmp_path / f".tmp-{n}.{live.pid}.0badf00d" for n in names]
+        for p in stale + alive:
+            p.write_bytes(b"half a file")
+        # a save of best.pt sweeps only what killed saves of best.pt left
+        save_checkpoint(tmp_path, 4, _state(4), _meta(), name="best.pt")
+        gone = {p.name for p in stale + alive if not p.exists()}
+        assert gone == {f".tmp-best.pt.{dead.pid}.0badf00d", f".tmp-best.json.{dead.pid}.0badf00d"}
+        # a sweep of the directory takes every dead writer's and no live writer's
+        removed = remove_stale_temporaries(tmp_path)
+        assert {p.name for p in removed} == {p.name for p in stale} - gone
+        assert all(p.exists() for p in alive)
+        assert not any(p.exists() for p in stale)
+    finally:
+        live.kill()
+        live.wait()
+    assert {p.name for p in remove_stale_temporaries(tmp_path)} == {p.name for p in alive}

@@ -107,3 +107,113 @@ def test_noise_retries_the_starts_where_the_expert_failed(monkeypatch):
         else:  # retried: another path from the same start
             assert torch.equal(d["obs"][e, 0], once["obs"][e, 0])
             assert not torch.equal(d["obs"][e], once["obs"][e])
+
+
+# ---------------------------------------------- damaged and foreign files, atomic saves
+
+
+@pytest.fixture(scope="module")
+def small_demos():
+    return demos.make_demos("reach10", per_task=2, tasks=("reach-east", "reach-west"))
+
+
+def _refused(path, *needles):
+    with pytest.raises(ValueError) as err:
+        demos.load_demos(path)
+    msg = str(err.value)
+    assert f"demonstrations file {path}: " in msg, msg
+    for needle in needles:
+        assert needle in msg, msg
+    return msg
+
+
+def test_unreadable_demonstration_files_are_refused_naming_the_file(tmp_path, small_demos):
+    import os
+    import shlex
+
+    good = demos.save_demos(small_demos, tmp_path / "good.pt")
+    # truncated (a copy cut short): torch raises a RuntimeError from its zip reader
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    _refused(cut, "not a readable demonstrations file", "truncated")
+    # not a torch file at all
+    (tmp_path / "junk.pt").write_bytes(b"just some text")
+    _refused(tmp_path / "junk.pt", "not a readable demonstrations file")
+    # a pickle with code in it: refused by weights_only, nothing runs
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {shlex.quote(str(marker))}",))
+
+    torch.save({"format": demos.FORMAT, "payload": Payload()}, tmp_path / "evil.pt")
+    _refused(tmp_path / "evil.pt", "UnpicklingError")
+    assert not marker.exists()
+
+
+def test_incomplete_or_misshapen_demonstrations_are_refused(tmp_path, small_demos):
+    import copy
+
+    def write(name, edit):
+        d = copy.deepcopy(small_demos)
+        edit(d)
+        torch.save(d, tmp_path / name)
+        return tmp_path / name
+
+    # missing keys (a KeyError 'tasks' before)
+    header = {"format": demos.FORMAT, "version": demos.VERSION}
+    torch.save(header, tmp_path / "bare.pt")
+    _refused(tmp_path / "bare.pt", "lacks suite, tasks, meta, data")
+    _refused(write("nodata.pt", lambda d: d["data"].pop("reach-west")), "reach-west", "no data")
+    _refused(
+        write("nolen.pt", lambda d: d["data"]["reach-east"].pop("lengths")),
+        "task reach-east: lacks the tensors lengths",
+    )
+
+    # shapes that do not fit each other
+    def flat(d):
+        d["data"]["reach-east"]["obs"] = d["data"]["reach-east"]["obs"][:, 0]
+
+    _refused(write("flat.pt", flat), "task reach-east: shapes")
+
+    def long(d):
+        d["data"]["reach-west"]["lengths"][0] = 10_000
+
+    _refused(write("long.pt", long), "episode lengths outside")
+
+    # consistent in itself, but not the suite's sizes or tasks
+    def narrow(d):
+        for t in d["tasks"]:
+            d["data"][t]["obs"] = d["data"][t]["obs"][..., :-1]
+
+    D = small_demos["data"]["reach-east"]["obs"].shape[2]
+    _refused(
+        write("narrow.pt", narrow),
+        f"observations of size {D - 1}",
+        f"reach10 has {D}",
+        "distrl demos reach10",
+    )
+
+    def foreign(d):
+        d["tasks"] = ["reach-east", "push-far"]
+        d["data"]["push-far"] = d["data"].pop("reach-west")
+
+    _refused(write("foreign.pt", foreign), "push-far are not in the reach10 suite")
+
+
+def test_save_demos_is_atomic(tmp_path, small_demos, monkeypatch):
+    path = demos.save_demos(small_demos, tmp_path / "d.pt")
+    before = path.read_bytes()
+    real_save = torch.save
+
+    def dies_halfway(obj, f, *args, **kwargs):
+        real_save({"format": demos.FORMAT}, f)  # a few bytes land, then the process is gone
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", dies_halfway)
+    with pytest.raises(OSError):
+        demos.save_demos(small_demos, path)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.pt"]
+    assert demos.load_demos(path)["tasks"] == ["reach-east", "reach-west"]

@@ -109,7 +109,8 @@ def test_resume_from_missing_path_exits_nonzero_naming_it(tmp_path):
 def test_keep_checkpoints_and_stale_temporaries_through_the_cli(tmp_path, capsys):
     ckdir = tmp_path / "checkpoints"
     ckdir.mkdir()
-    stale = ckdir / ".tmp-ckpt_00000002.pt.12345.9f3a"  # the pattern save_checkpoint uses
+    # the pattern save_checkpoint uses, from a writer that is gone (no pid exceeds 2**22)
+    stale = ckdir / ".tmp-ckpt_00000002.pt.99999999.9f3a"
     stale.write_bytes(b"half a checkpoint")
     train(tmp_path, "--agent.max-iterations", "5", "--agent.save-interval", "1")
     train(

@@ -6,6 +6,7 @@ import importlib.util
 import io
 import json
 import math
+import os
 import sys
 import types
 from pathlib import Path
@@ -288,3 +289,48 @@ def test_display_keeps_last_known_return(tmp_path: Path) -> None:
     assert lines[1].startswith("it 2/2") and "return 12.5" in lines[1]
     assert any("final return" in line and "12.5" in line for line in lines)
     assert read_metrics(tmp_path / "run")[-1]["episode_return_mean"] is None  # file stays raw
+
+
+def test_read_metrics_skips_a_line_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(
+        b'{"iteration": 1}\n{"iteration": 2, "note": "\xff\xfe broken"}\n\xc3\n{"iteration": 3}\n'
+    )
+    assert [r["iteration"] for r in read_metrics(path)] == [1, 3]
+
+
+def test_two_config_writers_interleaved_do_not_collide(tmp_path: Path, monkeypatch) -> None:
+    """A second writer of config.yaml (another process or thread on the same run directory)
+    writes while the first is between its write and its rename: each has its own temporary,
+    so both renames succeed and no temporary is left."""
+    import distrl.telemetry as telemetry_module
+
+    first, _ = make(tmp_path)
+    first.close()
+    real_replace = os.replace
+    temps: list[str] = []
+
+    def replace(src, dst):
+        temps.append(Path(src).name)
+        if len(temps) == 1:  # the first writer, caught between write and rename
+            second, _ = make(tmp_path)
+            second.close()
+        real_replace(src, dst)
+
+    monkeypatch.setattr(telemetry_module.os, "replace", replace)
+    again = Telemetry.create(
+        tmp_path / "run",
+        to_dict(TrainConfig()),
+        console=plain_console()[0],
+        total_iterations=10,
+        tensorboard=False,
+    )
+    again.close()
+    monkeypatch.undo()
+    assert len(temps) == 2 and temps[0] != temps[1], temps
+    assert all(str(os.getpid()) in t and t.startswith(".tmp-config.yaml.") for t in temps), temps
+    run = tmp_path / "run"
+    assert not [p for p in run.iterdir() if "tmp" in p.name]
+    assert yaml.safe_load((run / "config.yaml").read_text()) == json.loads(
+        json.dumps(to_dict(TrainConfig()))
+    )

@@ -55,8 +55,9 @@ def load_config_file(path: str | Path) -> TrainConfig:
     unknown = _unknown_keys(TrainConfig, data)
     if unknown:
         raise ValueError(f"--config {path}: unknown keys: {'; '.join(unknown)}")
-    from distrl.envs.registry import get_task
+    from distrl.envs.registry import check_task_from_file, get_task
 
+    check_task_from_file(data["task"], f"--config {path}")  # a file imports no module
     task = get_task(data["task"])  # unknown names raise with close matches
     try:
         cfg = from_dict(data)
@@ -131,9 +132,11 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
     import_modules(modules)
     config_path, argv = _take_config_flag(argv)
     if config_path is not None:
+        # The command line's task first: it may import a gym:<module>:<Id>'s module, the file not
+        named = get_task(argv[0]) if argv and not argv[0].startswith("-") else None
         base = load_config_file(config_path)
-        if argv and not argv[0].startswith("-"):
-            if get_task(argv[0]).name != base.task:
+        if named is not None:
+            if named.name != base.task:
                 raise ValueError(
                     f"task {argv[0]!r} contradicts --config {config_path} (task {base.task!r}); "
                     f"leave the task out to repeat that run"

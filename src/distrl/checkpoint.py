@@ -6,11 +6,13 @@ A checkpoint is two files in one directory:
   ckpt_00000042.json  its manifest: file name, sha256, size, schema version, iteration and the
                       runner's metadata (config, config hash, world size, env steps, task)
 
-Both are written atomically (temp file in the same directory, flush, fsync, ``os.replace``,
-fsync the directory), the manifest strictly after the data file. A data file without a manifest
-is therefore an unfinished save and is never loaded. Temp files start with ``.tmp-`` so that the
-discovery glob ``ckpt_[0-9]*.pt`` never sees them; a killed save leaves them behind, and
-``remove_stale_temporaries`` deletes them when no save can be running.
+Both are written to temporaries in the same directory first (flush, fsync), then renamed over
+their names (``os.replace``, fsync the directory), the manifest strictly after the data file: a
+save that fails, e.g. on a full disk, leaves the files it would have replaced as they were, and
+raises ``CheckpointSaveError`` naming the directory. A data file without a manifest is an
+unfinished save and is never loaded. Temp files start with ``.tmp-`` so that the discovery glob
+``ckpt_[0-9]*.pt`` never sees them and carry the writer's pid; a killed save leaves them behind,
+and ``remove_stale_temporaries`` deletes those whose writer is dead.
 
 ``prune_checkpoints`` (or ``save_checkpoint(..., keep=N)``) keeps the newest N checkpoints and
 deletes older ones, but never the newest one that verifies, so a resume always has one left.
@@ -18,7 +20,9 @@ deletes older ones, but never the newest one that verifies, so a resume always h
 Loading verifies before unpickling: size and sha256 against the manifest (a flipped byte inside a
 tensor's storage loads fine with ``torch.load`` alone and silently corrupts the policy), then
 ``torch.load(..., weights_only=True)``, which refuses arbitrary pickled objects instead of
-running them. Every failure is a ``CheckpointError`` that names the file and the reason.
+running them; on a torch older than ``SAFE_TORCH`` (2.10), whose ``weights_only`` has known
+holes, nothing is unpickled at all. Every failure is a ``CheckpointError`` that names the file
+and the reason.
 
 This module is pure file logic: no ``torch.distributed`` (the runner decides that rank 0
 writes), no logging (functions return what they skipped or noticed; the runner prints it).
@@ -27,6 +31,7 @@ writes), no logging (functions return what they skipped or noticed; the runner p
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import io
 import json
@@ -34,9 +39,9 @@ import os
 import random
 import re
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -51,10 +56,14 @@ CHECKPOINT_GLOB = "ckpt_[0-9]*.pt"
 
 _NAME_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 _TMP_PREFIX = ".tmp-"
-# What _atomic_write names the temporaries of a checkpoint and of its manifest.
-_TMP_RE = re.compile(r"^\.tmp-ckpt_\d+\.(pt|json)\.\d+\.[0-9a-f]+$")
+# What _temp_path names the temporaries of a saved file (a checkpoint, best.pt, bc.pt, an
+# average) and of its manifest: the file's name, the writer's pid, 8 hex digits.
+_TMP_RE = re.compile(r"^\.tmp-(?P<name>[^/]+\.(pt|json))\.(?P<pid>\d+)\.[0-9a-f]+$")
 # Keys this module owns in the manifest; runner metadata may not shadow them.
 _MANIFEST_KEYS = ("file", "sha256", "size", "schema_version", "iteration")
+DIGEST_KEY = "manifest_sha256"
+"""The manifest's own digest: sha256 over every other key of it (``manifest_digest``), so the
+config, task and world size it carries are covered like the data file is by ``sha256``."""
 
 MUST_MATCH: tuple[str, ...] = (
     "task",  # a different task has other obs/action spaces and another reward
@@ -91,6 +100,38 @@ class CheckpointError(ValueError):
 
     def __reduce__(self):  # keep picklable (multiprocessing) despite the two-argument __init__
         return (type(self), (self.path, self.reason))
+
+
+SAFE_TORCH = (2, 10)
+"""The oldest torch whose ``torch.load(weights_only=True)`` we trust with a file from elsewhere:
+it can run code on torch <= 2.5.1 (CVE-2025-32434) and corrupt memory before 2.10
+(CVE-2026-24747). pyproject.toml requires at least this release."""
+
+
+def torch_release(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of ``version`` (default: the running torch), e.g. (2, 13)."""
+    m = re.match(r"(\d+)\.(\d+)", version if version is not None else str(torch.__version__))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def unsafe_torch(what: str = "checkpoint") -> str | None:
+    """Why this torch may not unpickle a ``what`` file (older than ``SAFE_TORCH``), or None."""
+    if torch_release() >= SAFE_TORCH:
+        return None
+    need = ".".join(map(str, SAFE_TORCH))
+    return (
+        f"refusing to load a {what} with torch {torch.__version__}: before {need}, "
+        f"torch.load(weights_only=True) can run code (CVE-2025-32434, torch <= 2.5.1) or "
+        f"corrupt memory (CVE-2026-24747) when a file is crafted; upgrade with "
+        f"pip install 'torch>={need}'"
+    )
+
+
+def require_safe_torch(path: Path | str, what: str = "checkpoint") -> None:
+    """Refuse to unpickle ``path`` on a torch older than ``SAFE_TORCH``."""
+    why = unsafe_torch(what)
+    if why is not None:
+        raise CheckpointError(path, why)
 
 
 # ----------------------------------------------------------------------------------- paths
@@ -136,25 +177,69 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _temp_path(path: Path) -> Path:
-    """``.tmp-<name>.<pid>.<8 hex digits>`` next to ``path`` (matched by ``_TMP_RE``)."""
+    """``.tmp-<name>.<pid>.<8 hex digits>`` next to ``path`` (matched by ``_TMP_RE``): the pid
+    tells ``remove_stale_temporaries`` whether the writer is still alive."""
     # Same directory as the target: os.replace is only atomic within one filesystem.
     return path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
 
 
-def _atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
-    """Write ``path`` so that readers see the old file, or the new one complete, never half."""
-    tmp = _temp_path(path)
+_WRITING: set[Path] = set()
+"""Temporaries this process is writing now (``remove_stale_temporaries`` spares them)."""
+
+
+def _write(tmp: Path, payload: bytes | memoryview) -> None:
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _replace_all(pairs: list[tuple[Path, bytes | memoryview]]) -> None:
+    """Write every ``(path, payload)`` to a temporary first (flushed, fsynced), then rename them
+    over their paths in order: a failure while writing (a full disk) leaves every old file as
+    it was."""
+    temps = [_temp_path(path) for path, _ in pairs]
+    _WRITING.update(temps)
     try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        for tmp, (_, payload) in zip(temps, pairs, strict=True):
+            _write(tmp, payload)
+        for tmp, (path, _) in zip(temps, pairs, strict=True):
+            os.replace(tmp, path)
     except BaseException:
-        # A clean failure tidies up; a kill leaves the temp file, which discovery ignores.
-        tmp.unlink(missing_ok=True)
+        # A clean failure tidies up; a kill leaves the temporaries, which discovery ignores and
+        # remove_stale_temporaries deletes once this process is gone.
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    finally:
+        _WRITING.difference_update(temps)
+    _fsync_dir(pairs[0][0].parent)
+
+
+class CheckpointSaveError(OSError):
+    """A save that failed (a full disk, a read-only or vanished directory, ...): the files that
+    were there before it, the last good checkpoint included, are as they were."""
+
+    def __init__(self, directory: Path | str, what: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.directory, self.what, self.cause = Path(directory), what, cause
+
+    def __str__(self) -> str:
+        code = errno.errorcode.get(self.errno or 0)
+        reason = f"{self.strerror} ({code})" if code else str(self.cause)
+        hint = (
+            "free some space there"
+            if self.errno in (errno.ENOSPC, errno.EDQUOT)
+            else "check that the directory exists and is writable"
+        )
+        return (
+            f"could not save {self.what} in {self.directory}: {reason}; the files already there "
+            f"are untouched (the previous checkpoint is still good); {hint}, then resume with "
+            f"--resume auto"
+        )
+
+    def __reduce__(self):  # keep picklable (multiprocessing) despite the custom __init__
+        return (type(self), (self.directory, self.what, self.cause))
 
 
 def save_checkpoint(
@@ -175,6 +260,11 @@ def save_checkpoint(
     and task. ``state`` should hold only what ``torch.load(weights_only=True)`` accepts:
     tensors, dicts, lists, tuples, str, int, float, bool, None (see ``capture_rng_state``).
 
+    Both files are written to temporaries first, then renamed over their names, the manifest
+    last: a save that fails (``CheckpointSaveError``, naming the directory) leaves the file it
+    was replacing, e.g. the previous ``best.pt``, loadable. Only a kill between the two renames
+    leaves new data under an old manifest, which then fails its sha256 like any corrupt file.
+
     With ``keep``, once the save has succeeded, older checkpoints beyond the newest ``keep`` are
     deleted as by ``prune_checkpoints``; the one just written is never among them.
     """
@@ -183,11 +273,10 @@ def save_checkpoint(
     _check_keep(keep)
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict, got {type(state).__name__}")
-    clash = sorted(set(meta) & set(_MANIFEST_KEYS))
+    clash = sorted(set(meta) & {*_MANIFEST_KEYS, DIGEST_KEY})
     if clash:
         raise ValueError(f"meta may not set manifest keys {clash}; they are computed here")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / name if name is not None else checkpoint_path(directory, iteration)
     manifest_file = manifest_path(path)
     # Fail on unserialisable metadata before touching any file.
@@ -198,11 +287,6 @@ def save_checkpoint(
     torch.save(state, buf)
     data = buf.getbuffer()
     digest = hashlib.sha256(data).hexdigest()
-
-    # Re-saving an existing iteration: drop its manifest first, so that a crash in between
-    # leaves "data without manifest" (incomplete), never a manifest describing other bytes.
-    manifest_file.unlink(missing_ok=True)
-    _atomic_write(path, lambda f: f.write(data))
     manifest = {
         **meta,
         "file": path.name,
@@ -211,8 +295,14 @@ def save_checkpoint(
         "schema_version": SCHEMA_VERSION,
         "iteration": iteration,
     }
+    manifest[DIGEST_KEY] = manifest_digest(manifest)
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    _atomic_write(manifest_file, lambda f: f.write(text.encode()))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(directory, path.name)  # what killed saves of this file left
+        _replace_all([(path, data), (manifest_file, text.encode())])
+    except OSError as e:
+        raise CheckpointSaveError(directory, path.name, e) from None
     if keep is not None:
         _prune(directory, keep, just_saved=path)
     return path
@@ -221,21 +311,41 @@ def save_checkpoint(
 # ------------------------------------------------------------------------------- cleanup
 
 
-def remove_stale_temporaries(directory: Path) -> list[Path]:
-    """Delete the ``.tmp-ckpt_*`` files a killed save left in ``directory``; return them.
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process: its live temporaries are in _WRITING
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # someone else's process, or cannot tell: leave its files alone
+    return True
 
-    Only names that ``save_checkpoint`` gives its temporaries are touched. Call it when no save
-    can be running in ``directory`` (at the start of a run, before its first save): a running
-    save's temporary looks the same as a dead one's.
+
+def remove_stale_temporaries(directory: Path, name: str | None = None) -> list[Path]:
+    """Delete the temporaries killed saves left in ``directory``; return them.
+
+    Only names that ``save_checkpoint`` gives its temporaries are touched (``.tmp-`` + a
+    checkpoint's, ``best.pt``'s, ``bc.pt``'s, an average's or their manifests' name + the
+    writer's pid + 8 hex digits), with ``name`` only those of that file and its manifest, and
+    only those whose writer is dead: a live process's temporaries (another run's save in
+    progress) are never touched; this process's only when it is not writing them. The pid is
+    this machine's: one run directory is written from one machine.
     """
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    stale = sorted(
-        p for p in directory.glob(f"{_TMP_PREFIX}ckpt_*") if _TMP_RE.match(p.name) and p.is_file()
-    )
-    for p in stale:
+    wanted = None if name is None else {name, manifest_path(Path(name)).name}
+    stale = []
+    for p in sorted(directory.glob(f"{_TMP_PREFIX}*")):
+        m = _TMP_RE.match(p.name)
+        if m is None or (wanted is not None and m.group("name") not in wanted):
+            continue
+        if p in _WRITING or _pid_alive(int(m.group("pid"))) or not p.is_file():
+            continue
         p.unlink(missing_ok=True)
+        stale.append(p)
     return stale
 
 
@@ -290,8 +400,17 @@ def _newest_valid(found: list[Path], known_valid: Path | None) -> Path | None:
 # ------------------------------------------------------------------------------------ load
 
 
+def manifest_digest(manifest: dict) -> str:
+    """sha256 over the manifest's keys but ``DIGEST_KEY`` (JSON, sorted keys, no spaces)."""
+    body = {k: v for k, v in manifest.items() if k != DIGEST_KEY}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def read_manifest(path: Path) -> dict:
-    """Parse and sanity-check the manifest of checkpoint ``path``."""
+    """Parse and check the manifest of checkpoint ``path``: its keys, schema version and
+    iteration, its own digest (``DIGEST_KEY``; manifests written before it existed have none),
+    and that the task it names imports no module (``registry.check_task_from_file``)."""
     path = Path(path)
     mpath = manifest_path(path)
     if not mpath.is_file():
@@ -321,6 +440,22 @@ def read_manifest(path: Path) -> dict:
         raise CheckpointError(
             path, f"manifest {mpath.name} says iteration {manifest['iteration']}, name says {named}"
         )
+    if DIGEST_KEY in manifest and manifest[DIGEST_KEY] != manifest_digest(manifest):
+        raise CheckpointError(
+            path,
+            f"manifest {mpath.name} was modified after it was written: its {DIGEST_KEY} does "
+            f"not match its contents (the config, task and world size it carries); refusing it",
+        )
+    config = manifest.get("config")
+    tasks = [manifest.get("task"), config.get("task") if isinstance(config, dict) else None]
+    if any(isinstance(t, str) and t.startswith("gym:") for t in tasks):
+        from distrl.envs.registry import check_task_from_file
+
+        for task in tasks:
+            try:
+                check_task_from_file(task, f"the manifest {mpath}")
+            except ValueError as e:
+                raise CheckpointError(path, str(e)) from None
     return manifest
 
 
@@ -354,6 +489,7 @@ def load_checkpoint(path: Path, map_location: Any = "cpu") -> tuple[dict, dict]:
             f"sha256 mismatch: file has {digest}, manifest says {manifest['sha256']} "
             f"(the file was modified or corrupted after it was written)",
         )
+    require_safe_torch(path)
     try:
         state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises UnpicklingError, RuntimeError, ... depending on cause

@@ -277,29 +277,121 @@ def make_demos(
 
 
 def save_demos(demos: dict[str, Any], path: str | Path) -> Path:
+    """Write ``demos`` to ``path`` atomically: a temporary beside it (flushed, fsynced), then
+    renamed over it, so a reader sees the old file or the new one, never half of one."""
+    import io
+    import os
+    import secrets
+
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(demos, p)
+    buf = io.BytesIO()
+    torch.save(demos, buf)
+    tmp = p.with_name(f".tmp-{p.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(buf.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, f"could not write demonstrations file {p}: {e.strerror or e}") from e
     return p
 
 
-def load_demos(path: str | Path) -> dict[str, Any]:
-    """A demonstrations file, checked: format, version, every task's tensors and shapes."""
+_EPISODE_KEYS = ("obs", "actions", "lengths", "success", "init_indices")
+
+
+def load_demos(path: str | Path, check_suite: bool = True) -> dict[str, Any]:
+    """A demonstrations file, checked: readable, format, version, the keys of the module
+    docstring, every task's tensors and shapes, and (``check_suite``) the tasks and the
+    observation and action sizes against the suite's own. Every problem is a ValueError naming
+    the file."""
+    from distrl import checkpoint as ck
+
     p = Path(path).expanduser()
+    where = f"demonstrations file {path}"
     if not p.is_file():
-        raise ValueError(f"--demos {path}: no such file; write one with `distrl demos`")
-    demos = torch.load(p, map_location="cpu", weights_only=True)
+        raise ValueError(f"{where}: no such file; write one with `distrl demos`")
+    unsafe = ck.unsafe_torch("demonstrations file")
+    if unsafe is not None:
+        raise ValueError(f"{where}: {unsafe}")
+    try:
+        demos = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:  # UnpicklingError, RuntimeError (truncated archive), EOFError, ...
+        raise ValueError(
+            f"{where}: not a readable demonstrations file ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else 'no detail'}); it is truncated, damaged or "
+            f"not written by `distrl demos`: record it again with distrl demos SUITE --out FILE"
+        ) from None
     if not isinstance(demos, dict) or demos.get("format") != FORMAT:
-        raise ValueError(f"--demos {path}: not a distrl demonstrations file")
+        raise ValueError(f"{where}: not a distrl demonstrations file")
     if demos.get("version") != VERSION:
-        raise ValueError(f"--demos {path}: version {demos.get('version')}, expected {VERSION}")
-    for name in demos["tasks"]:
-        d = demos["data"][name]
-        E = d["lengths"].shape[0]
-        shapes = {k: tuple(v.shape[:1]) for k, v in d.items()}
-        if any(s != (E,) for s in shapes.values()):
-            raise ValueError(f"--demos {path}: task {name}: episode counts differ: {shapes}")
+        raise ValueError(f"{where}: version {demos.get('version')}, expected {VERSION}")
+    missing = [k for k in ("suite", "tasks", "meta", "data") if k not in demos]
+    if missing:
+        raise ValueError(f"{where}: lacks {', '.join(missing)} (damaged or hand-made?)")
+    tasks, data = demos["tasks"], demos["data"]
+    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
+        raise ValueError(f"{where}: 'tasks' should be a non-empty list of task names")
+    if not isinstance(data, dict) or not isinstance(demos["meta"], dict):
+        raise ValueError(f"{where}: 'data' and 'meta' should be dicts")
+    dims: set[tuple[int, int]] = set()
+    for name in tasks:
+        d = data.get(name)
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: task {name} is listed but has no data")
+        absent = [k for k in _EPISODE_KEYS if not isinstance(d.get(k), torch.Tensor)]
+        if absent:
+            raise ValueError(f"{where}: task {name}: lacks the tensors {', '.join(absent)}")
+        obs, actions = d["obs"], d["actions"]
+        E = d["lengths"].shape[0] if d["lengths"].dim() == 1 else -1
+        shapes = {k: tuple(d[k].shape) for k in _EPISODE_KEYS}
+        if (
+            E < 1
+            or obs.dim() != 3
+            or actions.dim() != 3
+            or obs.shape[:2] != actions.shape[:2]
+            or any(tuple(d[k].shape[:1]) != (E,) for k in _EPISODE_KEYS)
+            or any(d[k].dim() != 1 for k in ("lengths", "success", "init_indices"))
+        ):
+            raise ValueError(
+                f"{where}: task {name}: shapes {shapes} do not fit obs [E, T, D], actions "
+                f"[E, T, A] and lengths, success, init_indices [E]"
+            )
+        T = obs.shape[1]
+        if bool((d["lengths"] < 1).any()) or bool((d["lengths"] > T).any()):
+            raise ValueError(f"{where}: task {name}: episode lengths outside 1..{T}")
+        dims.add((int(obs.shape[2]), int(actions.shape[2])))
+    if len(dims) != 1:
+        raise ValueError(f"{where}: tasks disagree on the observation/action sizes: {dims}")
+    if check_suite:
+        _check_against_suite(demos, where, dims.pop())
     return demos
+
+
+def _check_against_suite(demos: dict[str, Any], where: str, dims: tuple[int, int]) -> None:
+    """The file's tasks belong to its suite, and its sizes are the suite's observation and
+    action sizes (one env of its first task is built to read them)."""
+    suite = suite_of(demos["suite"])
+    unknown = [t for t in demos["tasks"] if t not in suite.task_names]
+    if unknown:
+        raise ValueError(
+            f"{where}: tasks {', '.join(unknown)} are not in the {demos['suite']} suite (its "
+            f"tasks: {', '.join(suite.task_names)})"
+        )
+    env = suite.make_task_env(demos["tasks"][0], 1, torch.device("cpu"), None)
+    try:
+        expected = (int(env.obs_dim), int(env.action_space.dim))
+    finally:
+        env.close()
+    if dims != expected:
+        raise ValueError(
+            f"{where}: observations of size {dims[0]} and actions of size {dims[1]}, but "
+            f"{demos['suite']} has {expected[0]} and {expected[1]}; record the demonstrations "
+            f"again with this distrl: distrl demos {demos['suite']} --out FILE"
+        )
 
 
 def demo_steps(

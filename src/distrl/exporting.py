@@ -30,6 +30,7 @@ import copy
 import importlib.util
 import json
 import os
+import secrets
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,7 +190,8 @@ def export_policy(
     meta = metadata(policy, cfg, manifest, checkpoint, format)
     actor = DeterministicActor(policy)
     example = _observations(policy, 2, seed=0)
-    tmp = out.with_name(out.name + ".tmp")
+    # A name of this writer's own (pid and random digits): two exports never share one
+    tmp = out.with_name(f".tmp-{out.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
         if format == "onnx":
             _write_onnx(actor, example, tmp, meta)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import time
 from collections.abc import Mapping
 from datetime import timedelta
@@ -126,7 +127,8 @@ def _fmt_return(value: Any) -> str:
 def read_metrics(path: Path | str, *, dedupe: bool = True) -> list[dict]:
     """Records of a ``metrics.jsonl`` file (or of the run directory holding one), in order.
 
-    Lines that do not parse are skipped: a crash can leave the last line half-written. With
+    Lines that do not parse are skipped (bytes that are not UTF-8 included): a crash can leave
+    the last line half-written. With
     ``dedupe`` (default) the history is made consistent across resumes: a resumed run restarts
     from its checkpoint and logs those iterations again, so when ``iteration`` goes back to
     ``k`` the earlier records with ``iteration >= k`` (the lost work after the checkpoint) are
@@ -136,9 +138,12 @@ def read_metrics(path: Path | str, *, dedupe: bool = True) -> list[dict]:
     if path.is_dir():
         path = path / METRICS_FILE
     records: list[dict] = []
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
+    with path.open("rb") as f:
+        for raw in f:
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                continue
             if not line:
                 continue
             try:
@@ -351,12 +356,16 @@ class _ActiveTelemetry(Telemetry):
 
     def _write_config(self, cfg_dict: Mapping[str, Any]) -> None:
         path = self.run_dir / CONFIG_FILE
-        tmp = path.with_suffix(".yaml.tmp")
-        tmp.write_text(
-            yaml.safe_dump(_plain_config(cfg_dict), sort_keys=False, default_flow_style=False),
-            encoding="utf-8",
-        )
-        os.replace(tmp, path)  # atomic: a reader never sees half a config
+        # A name of this writer's own (pid and random digits): two writers never share one
+        tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        try:
+            tmp.write_text(
+                yaml.safe_dump(_plain_config(cfg_dict), sort_keys=False, default_flow_style=False),
+                encoding="utf-8",
+            )
+            os.replace(tmp, path)  # atomic: a reader never sees half a config
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def _open_metrics(self) -> IO[str]:
         path = self.run_dir / METRICS_FILE

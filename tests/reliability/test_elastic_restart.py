@@ -79,3 +79,6 @@ def test_launcher_binds_to_loopback_and_does_not_share_the_rendezvous_store(monk
     assert "--local-addr=127.0.0.1" in cmd and "--max-restarts=1" in cmd, cmd
     assert not any("0.0.0.0" in a for a in cmd), cmd
     assert seen["env"]["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    # the launcher hosts the rendezvous store (on loopback); torchrun only joins it
+    assert "--rdzv-conf=is_host=false" in cmd, cmd
+    assert seen["env"]["GLOO_SOCKET_IFNAME"] == seen["env"]["NCCL_SOCKET_IFNAME"] == "lo"

@@ -258,12 +258,16 @@ def init(cfg: TrainConfig) -> DistContext:
         global _store_down
         _store_down = False  # a new process group, a new store (this process may run again)
         if not dist.is_initialized():
+            from distrl.distributed.launch import loopback_store
+
+            timeout = datetime.timedelta(seconds=cfg.dist.timeout)
             dist.init_process_group(
                 backend=backend,
                 rank=rank,
                 world_size=world,
-                timeout=datetime.timedelta(seconds=cfg.dist.timeout),
+                timeout=timeout,
                 device_id=device if device.type == "cuda" else None,
+                store=loopback_store(rank, world, timeout),  # None: env://
             )
         store = _store()
         if store is not None:  # where this rank runs, for release_dropped

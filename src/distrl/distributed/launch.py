@@ -1,7 +1,11 @@
 """`distrl train <task> --nproc N`: start torchrun for the user on this machine.
 
-Standalone c10d rendezvous bound to loopback (127.0.0.1, a free port): nothing listens on other
-interfaces unless the user runs torchrun themselves with explicit multi-node flags. With
+Everything listens on loopback only (127.0.0.1): this process hosts torchrun's c10d rendezvous
+store on a socket it bound to 127.0.0.1 (torch's own TCPStore server would listen on every
+interface, whatever host it is given) and torchrun joins it as a client (``is_host=false``);
+rank 0 hosts the workers' store the same way (``loopback_store``, called by
+``distributed.context.init``), and Gloo and NCCL are pinned to the loopback interface. Nothing
+listens on other interfaces unless the user runs torchrun themselves with multi-node flags. With
 ``--max-restarts R`` torchrun restarts every rank when one dies; the training command then
 resumes from the newest valid checkpoint (``--resume auto`` in a fixed run directory).
 
@@ -12,10 +16,13 @@ it to 1 and print a banner about it to every newcomer.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
 import socket
 import subprocess
 import sys
+from typing import Any
 
 # Flags that belong to the launcher and must not reach the ranks (which would relaunch).
 _LAUNCH_FLAGS = ("--nproc", "--max-restarts", "--max_restarts")
@@ -45,8 +52,94 @@ def under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
 
 
-def torchrun_command(nproc: int, max_restarts: int, script_args: list[str]) -> list[str]:
-    port = free_port()
+def loopback_listener(port: int = 0, host: str = "127.0.0.1") -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (0: a free port) and listening, for a TCPStore
+    server to take over through ``master_listen_fd``: torch's TCPStore binds every interface
+    when it opens its own socket."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(socket.SOMAXCONN)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def rendezvous_store(timeout: float = 60.0) -> Any:
+    """The c10d rendezvous store torchrun joins, hosted in this process on a loopback socket."""
+    import torch.distributed as dist
+
+    sock = loopback_listener()
+    port = sock.getsockname()[1]
+    # The store owns the descriptor from here on (it closes it when it is destroyed).
+    return dist.TCPStore(
+        "127.0.0.1",
+        port,
+        is_master=True,
+        multi_tenant=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=timeout),
+        master_listen_fd=sock.detach(),
+    )
+
+
+def loopback_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
+    """The workers' store (what ``init_process_group``'s ``env://`` would give every rank) with
+    rank 0's server listening on loopback only, when torchrun's ``MASTER_ADDR`` is a loopback
+    address and the ranks do not use the agent's store; None otherwise (multi-machine runs,
+    where ``env://`` creates the store and rank 0's listens on every interface: see
+    docs/reliability.md). Every rank takes the same path, so all see the same keys."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not addr or not port or not is_loopback(addr):
+        return None
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    import torch.distributed as dist
+
+    host = "127.0.0.1" if addr == "localhost" else addr
+    listen_fd = loopback_listener(int(port), host).detach() if rank == 0 else None
+    store = dist.TCPStore(
+        host,
+        int(port),
+        world_size=world_size,
+        is_master=rank == 0,
+        timeout=timeout,
+        multi_tenant=True,
+        master_listen_fd=listen_fd,
+    )
+    return dist.PrefixStore("default_pg", store)  # the prefix env:// gives the default group
+
+
+def loopback_interface() -> str:
+    """The loopback interface's name (``lo`` on Linux, ``lo0`` on macOS)."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        names = []
+    return next((n for n in ("lo", "lo0") if n in names), "lo")
+
+
+def torchrun_command(
+    nproc: int, max_restarts: int, script_args: list[str], port: int | None = None
+) -> list[str]:
+    """torchrun joining the rendezvous store at 127.0.0.1:``port``, hosted by the caller
+    (``rendezvous_store``), as a client; without ``port``, torchrun hosts the store itself on a
+    free port, and torch's server then listens on every interface (``launch`` never does
+    that)."""
+    hosted = port is not None
+    port = port if port is not None else free_port()
     return [
         sys.executable,
         "-m",
@@ -55,6 +148,7 @@ def torchrun_command(nproc: int, max_restarts: int, script_args: list[str]) -> l
         "--nnodes=1",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint=127.0.0.1:{port}",
+        *(["--rdzv-conf=is_host=false"] if hosted else []),
         "--local-addr=127.0.0.1",
         f"--max-restarts={max_restarts}",
         "--monitor-interval=0.5",
@@ -74,6 +168,9 @@ def launch_env(nproc: int) -> dict[str, str]:
     # rendezvous TCP store with the workers; an unshared store restarts cleanly.
     env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # One machine: the ranks' Gloo and NCCL sockets on loopback, whatever the shell set for
+    # multi-machine work.
+    env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = loopback_interface()
     # Set, torchrun leaves it alone (no "Setting OMP_NUM_THREADS" banner); cores // nproc is
     # each rank's share, the same as its default intra-op threads.
     env.setdefault("OMP_NUM_THREADS", str(default_threads(nproc)))
@@ -81,6 +178,11 @@ def launch_env(nproc: int) -> dict[str, str]:
 
 
 def launch(nproc: int, max_restarts: int, script_args: list[str]) -> int:
-    """Run the ranks under torchrun; return its exit code."""
-    cmd = torchrun_command(nproc, max_restarts, script_args)
-    return subprocess.call(cmd, env=launch_env(nproc))
+    """Run the ranks under torchrun, with its rendezvous store hosted here on loopback; return
+    torchrun's exit code."""
+    store = rendezvous_store()
+    cmd = torchrun_command(nproc, max_restarts, script_args, store.port)
+    try:
+        return subprocess.call(cmd, env=launch_env(nproc))
+    finally:
+        del store

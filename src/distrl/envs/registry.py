@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -544,6 +546,36 @@ def list_tasks() -> list[Task]:
     (any registered Gymnasium id works)."""
     gym_tasks = [_gym_task(GYM_PREFIX + i, d) for i, d in _GYM_EXAMPLES.items()]
     return [*_BUILTINS.values(), *_EPISODIC.values(), *_USER.values(), *gym_tasks]
+
+
+IMPORT_ENV_VAR = "DISTRL_IMPORT"
+"""Comma-separated modules that a task read from a file may import (``check_task_from_file``)."""
+
+
+def gym_module(task: object) -> str | None:
+    """The module a ``gym:<module>:<Id>`` task imports; None for any other task."""
+    if isinstance(task, str) and task.startswith(GYM_PREFIX) and ":" in task[len(GYM_PREFIX) :]:
+        return task[len(GYM_PREFIX) :].split(":", 1)[0]
+    return None
+
+
+def check_task_from_file(task: object, source: str) -> None:
+    """Refuse a task read from a file (a run's config.yaml, a checkpoint's manifest) that would
+    import a module: ``gym:<module>:<Id>`` passes only when ``module`` is imported already (the
+    command line named the task, or the caller's code imported it) or listed in
+    ``DISTRL_IMPORT``. Module imports come from the command line or code, never from a file."""
+    module = gym_module(task)
+    if module is None or module in sys.modules:
+        return
+    allowed = {m.strip() for m in os.environ.get(IMPORT_ENV_VAR, "").split(",")}
+    if module in allowed:
+        return
+    raise ValueError(
+        f"{source} names task {task!r}, which would import the Python module {module!r}; a file "
+        f"never makes distrl import code. Name the module yourself: the task on the command "
+        f"line (distrl train {task} ...), {IMPORT_ENV_VAR}={module} before the command (e.g. "
+        f"{IMPORT_ENV_VAR}={module} distrl play ...), or `import {module}` in your code first"
+    )
 
 
 def get_task(name: str) -> Task:

@@ -44,6 +44,7 @@ from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.policy import ActorCritic, Moments
 from distrl.policy.distributions import powerlaw_noise
 from distrl.runner.base import Runner
+from distrl.runner.collector import NonFiniteEnvError
 from distrl.runner.hooks import Hooks
 from distrl.storage.episodes import EpisodeBatch, collect_episodes
 from distrl.telemetry import Telemetry
@@ -139,6 +140,31 @@ class EpisodicRunner(Runner):
             noise = powerlaw_noise(shape, env.max_episode_steps, self.mt.noise_beta, gen)
         self.task = task
         self.batch = collect_episodes(env, act, init, self.mt.group_size, env_seed, noise)
+        if self.cfg.env.check_finite:
+            self.check_finite(task, self.batch)
+
+    def check_finite(self, task: int, batch: EpisodeBatch) -> None:
+        """NaN/Inf from the env stops training here, before the update or the normalizer sees
+        it, naming rank, task, episode (env row), its init state and the step."""
+        for field, x in (("observation", batch.obs), ("reward", batch.rewards)):
+            bad = ~torch.isfinite(x)
+            while bad.dim() > 2:
+                bad = bad.any(-1)
+            bad &= batch.mask  # padding past an episode's end is not the env's
+            if bool(bad.any()):
+                e, t = (int(v) for v in bad.nonzero()[0])
+                # obs[t] came from the reset (t = 0) or from step t - 1
+                when = (
+                    "from its reset"
+                    if field == "observation" and t == 0
+                    else (f"at episode step {t - 1 if field == 'observation' else t}")
+                )
+                raise NonFiniteEnvError(
+                    f"rank {self.strategy.rank}: task {self.task_names[task]}: env {e} "
+                    f"(episode {e}, init state {int(batch.init_indices[e])}) returned a "
+                    f"non-finite {field} {when} (iteration {self.iteration}); the update was "
+                    f"not run"
+                )
 
     @property
     def env_steps(self) -> int:
@@ -210,11 +236,21 @@ class EpisodicRunner(Runner):
         if mt.self_imitation:
             self.remember(task, batch)
         metrics = self.update(batch, adv, scale, kept_total)
+        # Count-weighted merge across ranks, but not of an iteration whose updates were skipped
+        # for NaN/Inf (agreed: the skip count is global): one NaN observation would poison the
+        # normalizer for good.
+        if metrics.get("train/skipped_updates", 0):
+            agreed = Agreed({k: v for k, v in agreed.sums.items() if k != "obs"})
         self.absorb(agreed)
         metrics |= self.summary()
         for h in self.hooks:
             h.after_update(self, metrics)
         return metrics
+
+    def merge_obs_moments(self, flat_sum: torch.Tensor) -> None:
+        """The observation normalizer takes in the agreed moments when they are finite."""
+        if self.policy.normalizer.enabled and bool(torch.isfinite(flat_sum).all()):
+            self.policy.normalizer.update(Moments.from_flat_sum(flat_sum))
 
     def weights(self, counts: dict[str, torch.Tensor]) -> GradientWeights:
         """Every collector's gradient weight and every task's share, from the kept episodes of
@@ -229,13 +265,14 @@ class EpisodicRunner(Runner):
 
     # ---- agreed statistics (a collecting rank's reduce_stats, a server's messages) ----------
     def absorb(self, agreed: Agreed) -> None:
-        """The normalizer merges the observation moments (count-weighted across ranks); the
+        """The normalizer merges the observation moments (count-weighted across ranks, when
+        finite and present); the
         counts add up until the next ``summary`` (a parameter server may take in several
         workers' messages, one at a time under ps-asp, before it records an iteration)."""
         named = dict(agreed.sums)
-        if self.policy.normalizer.enabled:
-            self.policy.normalizer.update(Moments.from_flat_sum(named.pop("obs")))
-        named.pop("obs", None)
+        if "obs" in named:
+            self.merge_obs_moments(named.pop("obs"))
+        named.pop("obs", None)  # (normalizer off, or an iteration skipped for NaN/Inf)
         self._env_steps += int(named["env_steps"].sum())
         pending = self._served
         self._served = {k: v.clone() + (pending[k] if pending else 0) for k, v in named.items()}

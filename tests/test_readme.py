@@ -3,6 +3,7 @@ it speaks the user's words, not the project's internal ones."""
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from pathlib import Path
@@ -23,6 +24,31 @@ def test_links_resolve():
             if target.startswith("http"):
                 continue
             assert (base / target).exists(), f"{page} links to missing {target}"
+
+
+def _anchors(text: str) -> set[str]:
+    """The anchors a Markdown renderer gives a page's headings (code blocks skipped): lower case,
+    punctuation dropped, spaces to hyphens."""
+    out, fenced = set(), False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return out
+
+
+def test_link_anchors_resolve():
+    pages = {"README.md": README, **{f"docs/{name}": text for name, text in DOCS.items()}}
+    for page, text in pages.items():
+        base = Path(page).parent
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+            if target.startswith("http"):
+                continue
+            linked = posixpath.normpath((base / target).as_posix()) if target else page
+            assert linked in pages, f"{page} links to {target}#{anchor}, a page not checked here"
+            assert anchor in _anchors(pages[linked]), f"{page} links to missing {target}#{anchor}"
 
 
 def _train_commands() -> list[list[str]]:

@@ -6,7 +6,7 @@ and `train --init-from`.
 Late in a run, successive checkpoints of the same policy sit around one solution and differ
 mostly by the noise of their last updates; their mean can be a better policy than the last of
 them (MT10 fine-tuning: on 4 of 5 seeds, +0.008 on the mean; nothing while a run still improves:
-docs/benchmarks.md). The averaged file is judged like any other: score it with `distrl play`.
+docs/journal.md). The averaged file is judged like any other: score it with `distrl play`.
 
 Every floating-point entry of the policy's state is averaged (in float64, then cast back)
 except the observation normalizer's, which are taken from the newest checkpoint: the

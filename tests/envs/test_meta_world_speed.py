@@ -1,14 +1,15 @@
-"""Meta-World's exact fast paths (``distrl.envs.meta_world._ExactFastPaths``): for every MT10
-task, an env with them and an unmodified Meta-World env of the same goal variant, given the same
-actions, return bit-for-bit the same observations, rewards, info (success included) and
-truncation, through a truncation and two resets."""
+"""Meta-World's exact fast paths (``distrl.envs.metaworld_3_1_patches._ExactFastPaths``): for
+every MT10 task, an env with them and an unmodified Meta-World env of the same goal variant,
+given the same actions, return bit-for-bit the same observations, rewards, info (success
+included) and truncation, through a truncation and two resets."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from distrl.envs.meta_world import MT10_TASKS, _fast_env_class, mt10_benchmark
+from distrl.envs.meta_world import MT10_TASKS, mt10_benchmark
+from distrl.envs.metaworld_3_1_patches import fast_env_class
 
 metaworld = pytest.importorskip("metaworld")
 
@@ -28,7 +29,7 @@ def test_fast_paths_match_unmodified_metaworld(task: str) -> None:
     bench = mt10_benchmark(0)
     variants = [t for t in bench.train_tasks if t.env_name == task]
     cls = bench.train_classes[task]
-    fast, plain = _fast_env_class(task, cls)(), cls()
+    fast, plain = fast_env_class(task, cls)(), cls()
     assert isinstance(fast, cls) and type(fast) is not cls
     # Meta-World's scripted policy plus noise reaches, grasps and pushes the objects, so contact
     # forces (touching_object) and object rotations (the quaternions) are exercised.
@@ -73,7 +74,7 @@ def test_mt10_env_steps_the_fast_classes() -> None:
 
     env = MetaWorldMT10("door-open-v3", 2, max_episode_steps=5)
     cls = mt10_benchmark(0).train_classes["door-open-v3"]
-    assert all(type(e) is _fast_env_class("door-open-v3", cls) for e in env.envs)
+    assert all(type(e) is fast_env_class("door-open-v3", cls) for e in env.envs)
     env.close()
 
 
@@ -82,7 +83,7 @@ def test_quaternion_matches_scipy_on_random_rotations() -> None:
     scipy's bits; matrices scipy re-orthogonalises or rejects go to scipy itself."""
     from scipy.spatial.transform import Rotation
 
-    from distrl.envs.meta_world import _scipy_quat_from_matrix
+    from distrl.envs.metaworld_3_1_patches import _scipy_quat_from_matrix
 
     mats = Rotation.random(5_000, random_state=0).as_matrix()
     mats = np.concatenate([mats, [np.eye(3), np.diag([1.0, -1, -1]), np.diag([-1.0, 1, -1])]])
@@ -102,7 +103,7 @@ def test_tolerance_matches_reward_utils() -> None:
     defers to the original for arrays and invalid arguments."""
     from metaworld.utils import reward_utils
 
-    from distrl.envs.meta_world import _fast_reward_utils
+    from distrl.envs.metaworld_3_1_patches import _fast_reward_utils
 
     fast = _fast_reward_utils().tolerance
     rng = np.random.default_rng(0)

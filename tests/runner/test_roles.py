@@ -1,0 +1,138 @@
+"""The role loops (runner/roles.py), in one process: the loop is picked by the link the strategy
+gives the rank, every role's record comes from the one builder, and a parameter server's rank
+takes in its workers' statistics the way a collecting rank takes in ``reduce_stats``
+(``Runner.absorb``): normalizer, env steps, episode windows."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+
+from distrl.distributed import context
+from distrl.distributed.base import Links, Roles, ServerEvent
+from distrl.distributed.strategies import make_strategy
+from distrl.envs.registry import make_env
+from distrl.policy import Moments
+from distrl.runner.on_policy import OnPolicyRunner
+from distrl.storage.rollout import WINDOW
+from tests.distributed.workers import small_config
+
+COMMON = {"iteration", "env_steps", "wall_time", "unix_time", "perf/sps", "time/iteration"}
+COMMON |= {"time/rollout", "time/learn", "time/comm", "time/sync"}
+
+
+class FakeServer:
+    """A ServerLink that hands the server's loop a statistics message per iteration (as a
+    parameter server's receiver would) and records what the loop asked of it."""
+
+    def __init__(self, messages: list[tuple[torch.Tensor, dict[int, torch.Tensor]]]):
+        self.messages, self.released = messages, False
+
+    def serve(self, on_stats, start_iteration, should_stop):
+        for it, (sums, rows) in enumerate(self.messages, start_iteration + 1):
+            on_stats(sums, rows)
+            metrics = {"time/iteration": 0.5, "dist/server_wait": 0.125, "dist/workers": 2}
+            yield ServerEvent("iteration", it, metrics)
+
+    def release(self) -> list[str]:
+        self.released = True
+        return []
+
+
+def server_runner(cfg, ctx, link: FakeServer) -> OnPolicyRunner:
+    strategy = make_strategy(cfg, ctx)  # one process: allreduce's identity collectives
+    strategy.roles = Roles(collector=False, learner=False, server=True)
+    strategy.links = Links(server=link)
+    return OnPolicyRunner(cfg, strategy, make_env(cfg, ctx.device))
+
+
+def worker_row(runner: OnPolicyRunner, steps: int, obs: torch.Tensor, ret: float) -> torch.Tensor:
+    """One worker's statistics row, packed by the runner's own layout."""
+    layout = runner.stats_layout
+    window = torch.full((WINDOW, 3), -1.0)
+    window[-1] = torch.tensor([ret, 10.0, 1.0])  # one finished episode of return ``ret``
+    sums = {
+        "batch": torch.tensor([64.0, 0.0, 64.0, 64.0, 128.0, 0.0, 32.0], dtype=torch.float64),
+        "env_steps": torch.tensor([float(steps)], dtype=torch.float64),
+        "obs": Moments.of(obs).to_flat(),
+    }
+    gather = {"rollout_time": torch.tensor([0.25], dtype=torch.float64), "episodes": window}
+    return layout.pack(sums, gather)
+
+
+@pytest.mark.timeout(60)
+def test_a_server_rank_absorbs_its_workers_statistics_and_records_through_the_builder():
+    cfg = small_config(4, distributed=False)
+    cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, max_iterations=2))
+    ctx = context.init(cfg)
+    try:
+        records: list[dict[str, Any]] = []
+        link = FakeServer([])
+        runner = server_runner(cfg, ctx, link)
+        runner.hooks.append(_Recorder(records))
+        D = runner.env.obs_dim
+        obs_1, obs_2 = torch.randn(8, D), torch.randn(8, D) + 3.0
+        rows = {1: worker_row(runner, 64, obs_1, 20.0), 2: worker_row(runner, 64, obs_2, 40.0)}
+        num_sums = runner.stats_layout.num_sums
+        summed = rows[1][:num_sums] + rows[2][:num_sums]
+        link.messages = [(summed, rows), (summed, rows)]
+        runner.learn()
+    finally:
+        context.shutdown()
+    assert link.released
+    assert [r["iteration"] for r in records] == [1, 2]
+    assert [r["env_steps"] for r in records] == [128, 256]  # every worker's rollouts
+    first = records[0]
+    assert set(first) >= COMMON
+    assert first["episode_return_mean"] == 30.0  # both workers' windows
+    assert first["time/rollout"] == 0.25 and first["time/comm"] == 0.125
+    assert first["time/learn"] == pytest.approx(0.375)
+    # the normalizer took in both workers' moments, twice
+    both = Moments.of(torch.cat([obs_1, obs_2]))
+    assert float(runner.policy.normalizer.count) == pytest.approx(2 * float(both.count), abs=1)
+
+
+class _Recorder:
+    def __init__(self, out: list[dict[str, Any]]):
+        self.out = out
+
+    def before_update(self, runner: Any) -> None:
+        pass
+
+    def after_update(self, runner: Any, metrics: dict[str, Any]) -> None:
+        pass
+
+    def after_iteration(self, runner: Any, record: dict[str, Any]) -> None:
+        self.out.append(dict(record))
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_without_a_link_collects_and_learns_with_the_same_record_keys():
+    cfg = small_config(4, distributed=False)
+    cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, max_iterations=2))
+    ctx = context.init(cfg)
+    try:
+        records: list[dict[str, Any]] = []
+        runner = OnPolicyRunner(cfg, make_strategy(cfg, ctx), make_env(cfg, ctx.device))
+        runner.hooks.append(_Recorder(records))
+        final = runner.learn()
+    finally:
+        context.shutdown()
+    assert [r["iteration"] for r in records] == [1, 2]
+    assert set(final) >= COMMON
+    per_iteration = cfg.env.num_envs * cfg.agent.num_steps
+    assert [r["env_steps"] for r in records] == [per_iteration, 2 * per_iteration]
+
+
+def test_a_learner_link_needs_an_algorithm_of_fixed_length_rollouts():
+    from distrl.runner import roles
+
+    class NoRollouts:
+        remote = None
+        strategy = type("S", (), {"links": Links(learner=object())})()  # type: ignore[arg-type]
+
+    with pytest.raises(TypeError, match="on-policy PPO, not NoRollouts"):
+        roles.run(NoRollouts())  # type: ignore[arg-type]

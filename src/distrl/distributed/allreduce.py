@@ -26,6 +26,7 @@ class AllReduceStrategy(Collectives):
         tensor broadcasts; a checksum then proves they match."""
         if not self.active:
             return
+        self.check_install(policy)
         tensors = list(policy.parameters()) + list(policy.buffers())
         for state in learner.optimizer.state.values():
             tensors += [v for v in state.values() if torch.is_tensor(v)]

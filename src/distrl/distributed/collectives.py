@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from distrl.distributed.base import Agreed, Links
 from distrl.distributed.context import DistContext, heartbeat, peer_failure
+from distrl.distributed.transport import install_mismatch, install_signature
 
 
 class Collectives:
@@ -164,6 +165,19 @@ class Collectives:
         out = [None] * self.world_size if self.rank == dst else None
         self._timed(dist.gather_object, obj, out, dst=dst, group=self.object_group, sync=False)
         return out
+
+    def check_install(self, policy: torch.nn.Module) -> None:
+        """Every rank runs the same install: the distrl version, the message layout and the
+        policy's shapes agree (one object all-gather at setup), or every rank raises naming the
+        ranks that differ, before a message is misread."""
+        if not self.active:
+            return
+        mine = install_signature(policy)
+        every: list[Any] = [None] * self.world_size
+        self._timed(dist.all_gather_object, every, mine, group=self.object_group, sync=False)
+        problem = install_mismatch(every)
+        if problem is not None:
+            raise ValueError(f"rank {self.rank}/{self.world_size}: {problem}")
 
     def barrier(self) -> None:
         if self.active:

@@ -67,6 +67,7 @@ from distrl.distributed.transport import (
     from_bytes_payload,
     pack64,
     pair_groups,
+    read_checked,
     receiver,
     send,
     unpack64,
@@ -82,12 +83,15 @@ ROLLOUT, STATE, DONE = 1, 2, 3
 class RolloutCodec:
     """One actor's rollout <-> one flat float32 payload (fixed layout for a T x N buffer)."""
 
-    def __init__(self, num_steps: int, num_envs: int, obs_dim: int, act_numel: int):
+    def __init__(
+        self, num_steps: int, num_envs: int, obs_dim: int, act_numel: int, num_actions: int = 0
+    ):
         """Payload, in order: the buffer's tensors, the last observations, the return moments
         (``Moments.to_flat``, float64 as 6 float32 words: zeros without reward scaling), the
-        episode window."""
+        episode window. ``num_actions``: a discrete action space's size (0: continuous)."""
         T, N = num_steps, num_envs
         self.T, self.N, self.obs_dim, self.act_numel = T, N, obs_dim, act_numel
+        self.num_actions = num_actions
         self.sizes = {
             "obs": T * N * obs_dim,
             "actions": T * N * act_numel,
@@ -107,6 +111,18 @@ class RolloutCodec:
         parts = [getattr(buf, k) for k in list(self.sizes)[:-3]] + [last_obs]
         flat = [p.detach().reshape(-1).float().cpu() for p in parts]
         return torch.cat([*flat, pack64(ret.cpu()), window.detach().reshape(-1).float().cpu()])
+
+    def problem(self, payload: torch.Tensor) -> str | None:
+        """Why a received rollout cannot be trained on (None if it can): a discrete action
+        that is not an index of the action space would index out of the policy's logits."""
+        if not self.num_actions:
+            return None
+        start = self.sizes["obs"]
+        actions = payload[start : start + self.sizes["actions"]]
+        bad = (actions < 0) | (actions >= self.num_actions) | (actions != actions.round())
+        if bool(bad.any()):
+            return f"an action {float(actions[bad][0])} outside 0..{self.num_actions - 1}"
+        return None
 
     def decode_into(
         self, payload: torch.Tensor, buf: Any, obs: torch.Tensor, slot: int
@@ -203,6 +219,7 @@ class LearnerActor(Collectives):
         """Rank 0's replica reaches every rank (one coalesced broadcast); the routing table is
         computed on rank 0 and broadcast; then every rank starts its receiver threads."""
         self.policy, self.ppo = policy, learner
+        self.check_install(policy)
         self.broadcast_tensors_(list(policy.parameters()) + list(policy.buffers()))
         numels, self.buffer_words = sync_numels(learner, policy)
         table = routing_table(numels, self.learners, self.actors) if self.is_main else None
@@ -231,7 +248,8 @@ class LearnerActor(Collectives):
         """``policy``: the runner's ``ActorCritic``."""
         obs_dim = policy.normalizer.mean.numel()
         act = 1 if policy.discrete else policy.action_space.dim
-        return RolloutCodec(self.cfg.agent.num_steps, self.cfg.env.num_envs, obs_dim, act)
+        n = policy.action_space.n if policy.discrete else 0
+        return RolloutCodec(self.cfg.agent.num_steps, self.cfg.env.num_envs, obs_dim, act, n)
 
     # ---- the learners' collectives -------------------------------------------------------------
     # one all-reduce per minibatch among the learners (group = their new_group), as allreduce
@@ -433,9 +451,20 @@ class LearnerActor(Collectives):
             self._drop(actor, f"its connection failed: {_first_line(msg)}")
             return
         self.last_seen[actor] = now
-        head = ActorHeader.read(msg)
-        kind, part, parts = head.kind, head.part, head.parts
+        kinds = (ROLLOUT, STATE, DONE)
+        head, why = read_checked(ActorHeader, msg, actor, self.capacity, kinds)
         payload = ActorHeader.payload(msg)
+        if head is not None and head.version > self.version:
+            why = f"weights version {head.version}, ahead of the learner's {self.version}"
+        elif head is not None and head.kind == ROLLOUT:
+            if head.length != self.codec.numel:
+                why = f"a rollout of {head.length} words, not {self.codec.numel}"
+            else:
+                why = self.codec.problem(payload)
+        if head is None or why is not None:
+            self._drop(actor, f"it sent {why}")
+            return
+        kind, part, parts = head.kind, head.part, head.parts
         if kind == ROLLOUT:
             self.pending[actor].append((head.version, head.seconds, payload.clone()))
         elif kind == STATE:

@@ -64,6 +64,7 @@ from distrl.distributed.transport import (
     from_bytes_payload,
     pack64,
     pair_groups,
+    read_checked,
     receiver,
     send,
     unpack64,
@@ -201,6 +202,7 @@ class ParameterServer(Collectives):
         """Rank 0's replica reaches every worker (one coalesced broadcast, as allreduce), then
         each process starts its receiver threads."""
         self.policy, self.learner = policy, learner
+        self.check_install(policy)
         self.lr = float(learner.optimizer.param_groups[0]["lr"])
         self._alloc(learner.num_grad)
         tensors = list(policy.parameters()) + list(policy.buffers())
@@ -485,7 +487,13 @@ class _ServerLoop:
 
     # ---- messages ----------------------------------------------------------------------------
     def _handle(self, worker: int, msg: torch.Tensor) -> Iterator[ServerEvent]:
-        head = WorkerHeader.read(msg)
+        kinds = (STATS, GRAD, STATE, DONE)
+        head, why = read_checked(WorkerHeader, msg, worker, self.ps.capacity, kinds)
+        if head is not None and head.version > self.ps.version:
+            why = f"parameter version {head.version}, ahead of the server's {self.ps.version}"
+        if head is None or why is not None:
+            self._lost(worker, f"it sent {why}")
+            return
         payload = WorkerHeader.payload(msg)
         kind, part, parts = head.kind, head.part, head.parts
         if parts > 1:
@@ -494,6 +502,15 @@ class _ServerLoop:
                 return
             payload = torch.cat(self.parts[worker])
             self.parts[worker] = []
+        n = self.ps.num_grad + 6
+        if kind == GRAD and payload.numel() != n:
+            self._lost(worker, f"it sent a gradient of {payload.numel()} words, not {n}")
+            return
+        if kind == STATS and not 0 < 2 * head.nsums <= payload.numel():
+            self._lost(
+                worker, f"it sent statistics of {head.nsums} sums in {payload.numel()} words"
+            )
+            return
         if kind == GRAD:
             self._on_grad(worker, payload, version=head.version, samples=head.samples)
         elif kind == STATS:

@@ -18,19 +18,32 @@ apart from what each strategy sends when (its scheme).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Collection, Iterator
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
+from distrl import __version__
 from distrl.distributed.context import RankDropped, dropped_reason
-from distrl.distributed.messages import Header, frame, kind_of
+from distrl.distributed.messages import (
+    ActorHeader,
+    Header,
+    LearnerHeader,
+    ServerHeader,
+    WorkerHeader,
+    frame,
+    kind_of,
+)
+
+H = TypeVar("H", bound=Header)
 
 
 class Inbox:
@@ -170,3 +183,64 @@ def framed_parts(
     parts = to_parts(payload, capacity)
     for i, part in enumerate(parts):
         yield frame(header(i, len(parts), part.numel()), part, capacity)
+
+
+# ---- what a coordinator trusts of a peer's message --------------------------------------------
+
+
+def read_checked(
+    cls: type[H], msg: torch.Tensor, peer: int, capacity: int, kinds: Collection[int]
+) -> tuple[H | None, str | None]:
+    """(header, None) for a message a coordinator can act on, else (None, why not): a header
+    that does not parse, an unknown kind, a sender other than the peer it came from, a part
+    outside ``0 <= part < parts``, a payload length outside ``0..capacity`` or any other
+    negative count. A coordinator drops the peer by name instead of crashing on it."""
+    try:
+        header = cls.read(msg)
+    except (ValueError, OverflowError) as e:  # NaN or Inf where an integer belongs
+        return None, f"an unreadable header ({e})"
+    if header.kind not in kinds:
+        return None, f"a message of unknown kind {header.kind}"
+    sender = getattr(header, "sender", peer)
+    if sender != peer:
+        return None, f"a message claiming to come from rank {sender}"
+    part, parts = getattr(header, "part", 0), getattr(header, "parts", 1)
+    if not 0 <= part < parts:
+        return None, f"part {part} of {parts}"
+    length = getattr(header, "length", 0)
+    if not 0 <= length <= capacity:
+        return None, f"a payload length of {length} words (0..{capacity} fit)"
+    for f in dataclasses.fields(header):
+        value = getattr(header, f.name)
+        if isinstance(value, int) and value < 0:
+            return None, f"a negative {f.name} ({value})"
+    return header, None
+
+
+# ---- one install on every rank ----------------------------------------------------------------
+
+
+def install_signature(policy: nn.Module) -> dict[str, Any]:
+    """What ranks must share to read each other's messages and tensors: the distrl version,
+    every message header's fields, the policy's parameter and buffer shapes."""
+    headers = (WorkerHeader, ServerHeader, ActorHeader, LearnerHeader)
+    return {
+        "distrl version": __version__,
+        "message layout": {h.__name__: [f.name for f in dataclasses.fields(h)] for h in headers},
+        "policy shapes": [(k, tuple(v.shape)) for k, v in policy.state_dict().items()],
+    }
+
+
+def install_mismatch(signatures: list[dict[str, Any]]) -> str | None:
+    """Which ranks differ from rank 0, and in what (None when every rank agrees)."""
+    ref = signatures[0]
+    odd = [r for r, s in enumerate(signatures) if s != ref]
+    if not odd:
+        return None
+    what = [k for k in ref if any(signatures[r].get(k) != ref[k] for r in odd)]
+    versions = sorted({str(s.get("distrl version")) for s in signatures})
+    return (
+        f"ranks {odd} run another install than rank 0: their {' and '.join(what)} differ "
+        f"(distrl versions seen: {', '.join(versions)}); install the same distrl and pass the "
+        f"same task and --policy settings on every machine"
+    )

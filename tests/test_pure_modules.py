@@ -1,4 +1,4 @@
-"""Pure modules (algorithms/, storage/, policy/, envs/, distributed/sharding.py) never import
+"""Pure modules (algorithms/, storage/, policy/, envs/) never import
 the distributed package, never log and never write files: DESIGN.md's contract, checked."""
 
 from __future__ import annotations
@@ -7,10 +7,7 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "distrl"
-PURE = [
-    *(p for d in ("algorithms", "storage", "policy", "envs") for p in (SRC / d).rglob("*.py")),
-    SRC / "distributed" / "sharding.py",
-]
+PURE = [p for d in ("algorithms", "storage", "policy", "envs") for p in (SRC / d).rglob("*.py")]
 FORBIDDEN_MODULES = ("torch.distributed", "logging", "distrl.distributed", "distrl.telemetry")
 FORBIDDEN_CALLS = ("print", "open", "write_text", "write_bytes", "torch.save")
 
@@ -24,7 +21,6 @@ def offences(source: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         bad = [n for n in names if n.startswith(FORBIDDEN_MODULES)]
-        bad = [n for n in bad if n != "distrl.distributed.sharding"]  # arithmetic, itself pure
         found += [f"{node.lineno}: imports {n}" for n in bad]
         if isinstance(node, ast.Call):
             f = node.func

@@ -9,7 +9,7 @@ follows the expert; the standard deviation shrinks to the expert's spread around
 how widely RLOO explores next), with Adam over shuffled minibatches of demonstration steps.
 
 Distributed like training: the suite's tasks are sharded over the ranks as ``train`` shards
-them (``sharding.task_shard``), each rank computes the loss on its tasks' steps only, and the
+them (``task_schedule.task_shard``), each rank computes the loss on its tasks' steps only, and the
 gradient goes through the run's strategy (``strategy.step``: one all-reduce per minibatch).
 Every rank draws the same global order of all demonstration steps each epoch; a minibatch is a
 slice of it, and rank r's loss is the sum over the slice's steps it holds divided by the slice's
@@ -175,8 +175,8 @@ def launch_ranks(a: PretrainArgs, overrides: list[str]) -> Path:
 def pretrain(a: PretrainArgs, overrides: list[str]) -> Path:
     """``distrl pretrain``: the policy ``train <suite> [overrides]`` would build, cloned from the
     demonstrations, saved as ``RUN/checkpoints/bc.pt``; returns its path."""
+    from distrl.algorithms.task_schedule import task_shard
     from distrl.distributed import context, launch
-    from distrl.distributed.sharding import task_shard
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import get_task
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from distrl import checkpoint as ckpt
+from distrl.algorithms.task_schedule import task_at
 from distrl.config import MultiTaskConfig
-from distrl.distributed.sharding import task_at
 from distrl.envs.reach import NUM_INIT_STATES
 from distrl.telemetry import read_metrics
 from tests.distributed.episodic_workers import episodic_run, episodic_train
@@ -90,7 +90,7 @@ def test_skip_solved_trains_the_unsolved_tasks_on_agreed_numbers() -> None:
     task at or above 0.05 is passed over until it has waited 3 iterations), some tasks are
     skipped (the sequence is not the plain cycle), and the ranks end with the same weights
     (learn() verifies the replicas)."""
-    from distrl.distributed.sharding import TaskCursor, task_shard
+    from distrl.algorithms.task_schedule import TaskCursor, task_shard
     from distrl.envs.reach import TASK_NAMES
 
     mt = {"skip_solved": 0.05, "solved_revisit": 3, "data_batch_size": 16}

@@ -32,14 +32,14 @@ from distrl import checkpoint as ckpt
 from distrl.algorithms.bc import bc_loss
 from distrl.algorithms.ppo import PPO
 from distrl.algorithms.rloo import EpisodeAdvantages, rloo_advantages, rloo_policy_loss
-from distrl.config import TrainConfig
-from distrl.distributed.base import Agreed, StatsLayout, Strategy
-from distrl.distributed.sharding import (
+from distrl.algorithms.task_schedule import (
     GradientWeights,
     TaskSchedule,
     gradient_weights,
     task_shard,
 )
+from distrl.config import TrainConfig
+from distrl.distributed.base import Agreed, StatsLayout, Strategy
 from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.policy import ActorCritic, Moments
 from distrl.policy.distributions import powerlaw_noise

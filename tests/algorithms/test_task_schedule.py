@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from distrl.distributed.sharding import (
+from distrl.algorithms.task_schedule import (
     InitStateCursor,
     TaskCursor,
     TaskSchedule,

@@ -5,7 +5,7 @@ directory exists; ``run_training`` builds and runs one rank of the run (process 
 strategy, env, the algorithm's runner, telemetry) and tears it down on any exit. ``distrl
 train`` (``cli.py``) and ``distrl.train`` (``api.py``) both call these two; the run directory
 is read through ``rundir.py``, which option goes with which algorithm and strategy is decided by
-``check_before_start``.
+the two registries (``runner/algorithms.check_compatible``).
 """
 
 from __future__ import annotations
@@ -29,14 +29,18 @@ def check_before_start(cfg: TrainConfig) -> None:
 
     ``validate`` checks the config's own fields; this checks them against the world outside it:
     torchrun's environment against ``--distributed``, the device and backend, the task's extra
-    and Gymnasium spaces, the network, wandb, the run directory (a run already there needs
-    ``--resume``), and the ``--resume`` target (it exists; in the launcher and a single process
-    also that its checkpoint is compatible with this config and world size). Inside a torchrun
-    rank the run-directory and checkpoint checks are left to the launcher and to rank 0's
+    and Gymnasium spaces, the algorithm and strategy (and the options only one of them reads),
+    the network, wandb, the run directory (a run already there needs ``--resume``), and the
+    ``--resume`` target (it exists; in the launcher and a single process also that its
+    checkpoint is compatible with this config and world size). Inside a torchrun rank the
+    run-directory and checkpoint checks are left to the launcher and to rank 0's
     ``run_training`` (an elastic restart re-enters the same run directory on purpose).
     Raises ValueError (``CheckpointError`` is one) naming the problem and the fix.
     """
     from distrl.distributed import context, launch
+    from distrl.envs.registry import get_task
+    from distrl.policy.networks import check_network
+    from distrl.runner.algorithms import check_compatible
 
     check_launch_mode(cfg)
     launching = cfg.nproc > 1 and not launch.under_torchrun()
@@ -45,34 +49,13 @@ def check_before_start(cfg: TrainConfig) -> None:
         world = local_world = cfg.nproc
     context.check_devices(cfg.device, local_world)
     context.check_backend(cfg.dist.backend, cfg.device, local_world)
-    from distrl.distributed.strategies import check_strategy
-    from distrl.envs.registry import get_task
-    from distrl.policy.networks import check_network
-
     task = get_task(cfg.task)
-    episodic = task.suite is not None
     if task.preflight is not None:
         task.preflight()
+    check_compatible(cfg, world)  # option x algorithm x strategy, and the world size
     if task.suite is not None:
         task.suite.select(cfg.multitask.tasks)
-    elif cfg.multitask.tasks:
-        raise ValueError(
-            f"--multitask.tasks applies to the episodic suites (reach10, metaworld-mt10), not to "
-            f"{cfg.task}; drop it, or train a suite: distrl train reach10 --multitask.tasks ..."
-        )
-    if cfg.multitask.noise_beta and not episodic:
-        raise ValueError(
-            f"--multitask.noise-beta applies to the episodic suites (reach10, metaworld-mt10), "
-            f"not to {cfg.task}; drop it"
-        )
-    if cfg.multitask.skip_solved is not None and cfg.dist.strategy in ("ps-asp", "ps-bap"):
-        raise ValueError(
-            f"--multitask.skip-solved needs every rank to agree on the tasks' success, which "
-            f"--dist.strategy {cfg.dist.strategy} does not give its workers; use allreduce or "
-            f"ps-bsp, or drop it"
-        )
     check_network(cfg.policy.network)
-    check_strategy(cfg, world, episodic)
     if cfg.wandb:
         import importlib.util
 
@@ -82,27 +65,7 @@ def check_before_start(cfg: TrainConfig) -> None:
             raise ValueError(WANDB_MISSING)
     if cfg.resume is None and not launch.under_torchrun():
         check_run_dir_free(cfg.run_dir)
-    if cfg.agent.total_timesteps is not None and episodic:
-        raise ValueError(
-            f"--agent.total-timesteps does not apply to {cfg.task}: its episodic RLOO runner "
-            f"collects whole episodes of varying length; use --agent.max-iterations"
-        )
-    if cfg.policy.reward_normalization and episodic:
-        raise ValueError(
-            f"--policy.reward-normalization does not apply to {cfg.task}: its episodic RLOO "
-            f"runner scores whole episodes; leave it off"
-        )
-    if cfg.policy.popart_tasks and episodic:
-        raise ValueError(
-            f"--policy.popart-tasks does not apply to {cfg.task}: its episodic RLOO runner "
-            f"has no critic (RLOO's baseline is the group's other episodes); leave it at 0"
-        )
     if cfg.multitask.demos is not None:
-        if not episodic:
-            raise ValueError(
-                f"--multitask.demos applies to the episodic suites (reach10, metaworld-mt10), "
-                f"not to {cfg.task}; drop it"
-            )
         from distrl.demos import load_demos
 
         demos = load_demos(cfg.multitask.demos)
@@ -111,7 +74,7 @@ def check_before_start(cfg: TrainConfig) -> None:
                 f"--multitask.demos {cfg.multitask.demos} holds {demos['suite']} demonstrations, "
                 f"not {cfg.task}; record some with: distrl demos {cfg.task} --out FILE"
             )
-        assert task.suite is not None
+        assert task.suite is not None  # check_compatible: only the suites read it
         if not set(task.suite.select(cfg.multitask.tasks)) & set(demos["tasks"]):
             raise ValueError(
                 f"--multitask.demos {cfg.multitask.demos} holds none of the trained tasks (it "
@@ -171,18 +134,17 @@ def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
     from distrl.distributed import context
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import get_task, make_env
+    from distrl.runner.algorithms import check_compatible
     from distrl.runner.base import Runner
-    from distrl.runner.episodic import EpisodicRunner
-    from distrl.runner.on_policy import OnPolicyRunner
     from distrl.telemetry import Telemetry
 
     task = get_task(cfg.task)
-    suite = task.suite  # episodic suites train with the RLOO runner
     all_hooks = [*task.hooks, *hooks]
     ctx = context.init(cfg)
     clean = lost = False
     try:
-        strategy = make_strategy(cfg, ctx, episodic=suite is not None)
+        algorithm = check_compatible(cfg, ctx.world_size if ctx.distributed else 1)
+        strategy = make_strategy(cfg, ctx)
         cfg = cfg.with_budget(strategy.num_collectors)  # --agent.total-timesteps, if set
         run_dir = Path(strategy.broadcast_object(str(cfg.run_dir or default_run_dir(cfg.task))))
         resume_path: Path | None = None
@@ -200,7 +162,7 @@ def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
             if kind == "error":
                 raise ckpt.CheckpointError(None, value)
             resume_path = Path(value) if value else None
-        env = None if suite else make_env(cfg, ctx.device)
+        env = None if algorithm.on_suite else make_env(cfg, ctx.device)
         # config.yaml repeats the run (`train --config`): with the local process count the
         # launcher started, which the ranks' own --nproc (always 1) does not say
         written = dataclasses.replace(cfg, nproc=max(cfg.nproc, ctx.local_world_size))
@@ -215,14 +177,9 @@ def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
             progress=cfg.progress,
             enabled=ctx.is_main,
         ) as tel:
-            runner: Runner
-            if suite:
-                runner = EpisodicRunner(
-                    cfg, strategy, suite, ctx.device, tel, run_dir, hooks=all_hooks
-                )
-            else:
-                assert env is not None
-                runner = OnPolicyRunner(cfg, strategy, env, tel, run_dir, hooks=all_hooks)
+            runner: Runner = algorithm.build(
+                cfg, strategy, task, env, ctx.device, tel, run_dir, all_hooks
+            )
             close = runner.close
             tel.message(
                 f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {cfg.env.num_envs} envs "

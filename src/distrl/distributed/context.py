@@ -97,25 +97,6 @@ def check_launch(cfg: TrainConfig) -> None:
         )
     if cfg.distributed:
         check_devices(cfg.device, env_ranks()[3])
-    check_strategy(cfg, world if cfg.distributed else 1)
-
-
-def check_strategy(cfg: TrainConfig, world_size: int) -> None:
-    """A parameter server needs a server and at least one worker; learner-actor needs at least
-    one actor per learner."""
-    L = cfg.dist.learners
-    if cfg.dist.strategy == "learner-actor" and world_size < 2 * L:
-        raise ValueError(
-            f"--dist.strategy learner-actor with --dist.learners {L} needs at least {2 * L} "
-            f"processes (ranks 0..{L - 1} learn, every learner needs an actor), got "
-            f"{world_size}; use e.g. --nproc {2 * L}"
-        )
-    if cfg.dist.parameter_server and world_size < 2:
-        raise ValueError(
-            f"--dist.strategy {cfg.dist.strategy} needs at least 2 processes (rank 0 serves "
-            f"the parameters, the others collect and compute gradients), got {world_size}; "
-            f"use e.g. --nproc 3 for 2 workers"
-        )
 
 
 def available_devices() -> list[str]:

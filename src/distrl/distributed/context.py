@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from distrl.config import TrainConfig
+from distrl.distributed.launch import default_threads
 
 
 @dataclass(frozen=True)
@@ -79,12 +80,6 @@ def pin_to_cores(local_rank: int, local_world_size: int) -> list[int] | None:
     mine = cores[local_rank * share : (local_rank + 1) * share]
     os.sched_setaffinity(0, mine)
     return mine
-
-
-def default_threads(local_world_size: int) -> int:
-    """Cores / local world size: oversubscribing the cores makes every rank slower."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // max(1, local_world_size))
 
 
 def check_launch(cfg: TrainConfig) -> None:

@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from distrl.cli import parse_train_args
+from distrl.args import parse_train_args
 from distrl.config import MultiTaskConfig, TrainConfig, from_dict, to_dict, validate
 from distrl.envs.registry import get_task, list_tasks
 

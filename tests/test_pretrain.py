@@ -10,8 +10,8 @@ import torch
 from distrl import checkpoint as ckpt
 from distrl import demos
 from distrl.args import parse_train_args
-from distrl.cli import init_policy
 from distrl.pretrain import PretrainArgs, pretrain
+from distrl.rundir import init_policy
 from tests.helpers import run_main
 
 pytestmark = pytest.mark.timeout(120)

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from distrl import checkpoint as ckpt
-from distrl.cli import parse_train_args, run_training
+from distrl.args import parse_train_args
+from distrl.session import run_training
 from distrl.telemetry import read_metrics
 from tests.helpers import assert_same, final_state, tiny_train_args
 

@@ -58,7 +58,8 @@ def test_collector_scales_rewards_with_the_previous_rollouts_return_std() -> Non
 
 
 def test_reward_scaling_is_refused_for_episodic_suites() -> None:
-    from distrl.cli import check_before_start, parse_train_args
+    from distrl.args import parse_train_args
+    from distrl.session import check_before_start
 
     cfg = parse_train_args(["reach10", "--policy.reward-normalization", "True"])
     with pytest.raises(ValueError, match="does not apply to reach10"):

@@ -26,7 +26,8 @@ import torch.distributed as dist
 from gymnasium import spaces
 
 import distrl
-from distrl import cli
+from distrl import cli, session
+from distrl.args import parse_train_args
 from tests.helpers import QUIET, refuse_to_start, run_main
 
 TORCHRUN_RANK_0_OF_2 = {
@@ -446,7 +447,7 @@ def test_mistake_is_refused_before_anything_starts(
     def no_training(cfg):
         raise AssertionError("a mistake reached run_training")
 
-    monkeypatch.setattr(cli, "run_training", no_training)
+    monkeypatch.setattr(session, "run_training", no_training)
 
     code, out, err = run_main(argv, capsys)
 
@@ -526,7 +527,7 @@ def test_api_refuses_the_same_mistakes(overrides, expected, fakes, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     before = _tree(tmp_path)
     refuse_to_start(monkeypatch, "a mistake reached torchrun or the process group")
-    monkeypatch.setattr(cli, "run_training", lambda cfg: pytest.fail("reached run_training"))
+    monkeypatch.setattr(session, "run_training", lambda cfg: pytest.fail("reached run_training"))
 
     with pytest.raises(ValueError) as e:
         distrl.train("cartpole", progress=False, tensorboard=False, **overrides)
@@ -584,11 +585,11 @@ def test_an_empty_or_new_run_dir_is_free(tmp_path, monkeypatch):
     (tmp_path / "started").mkdir()
     (tmp_path / "started" / "config.yaml").write_text("task: cartpole\n")  # no iteration yet
     for run_dir in ("empty", "new", "started"):
-        cfg = cli.parse_train_args(["cartpole", "--run-dir", str(tmp_path / run_dir), *QUIET])
-        cli.check_before_start(cfg)  # does not raise
+        cfg = parse_train_args(["cartpole", "--run-dir", str(tmp_path / run_dir), *QUIET])
+        session.check_before_start(cfg)  # does not raise
     _old_run(tmp_path)
-    cfg = cli.parse_train_args(["cartpole", "--run-dir", str(tmp_path / "old"), "--resume", "auto"])
-    cli.check_before_start(cfg)  # continuing the run is what --resume auto is for
+    cfg = parse_train_args(["cartpole", "--run-dir", str(tmp_path / "old"), "--resume", "auto"])
+    session.check_before_start(cfg)  # continuing the run is what --resume auto is for
 
 
 def test_max_restarts_makes_the_launched_ranks_resume(tmp_path, monkeypatch):

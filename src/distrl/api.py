@@ -37,6 +37,7 @@ import yaml
 
 from distrl.config import TrainConfig, to_dict, validate
 from distrl.policy.actor_critic import ActorCritic
+from distrl.rundir import load_policy
 from distrl.runner.hooks import Hooks
 
 
@@ -122,7 +123,7 @@ def train(
     for you). With ``nproc > 1`` outside torchrun, ``distrl train`` is started on that many
     ranks and the result read from its run directory. Bad configs raise ValueError before
     anything starts."""
-    from distrl import cli
+    from distrl import session
     from distrl.distributed import launch
 
     if cfg is None or isinstance(cfg, str):
@@ -139,7 +140,7 @@ def train(
             "torchrun --nproc-per-node N"
         )
     with _process_state_restored():  # building the returned policy draws from the RNG too
-        cli.check_before_start(cfg)
+        session.check_before_start(cfg)
         if cfg.nproc > 1 and not under_torchrun:
             if hooks:
                 raise ValueError(
@@ -148,7 +149,7 @@ def train(
                     f"script.py"
                 )
             return _launch(cfg)
-        final = cli.run_training(cfg, hooks)
+        final = session.run_training(cfg, hooks)
         return _result(cfg, Path(final["run_dir"]), final)
 
 
@@ -191,21 +192,6 @@ def _result(cfg: TrainConfig, run_dir: Path, final: dict[str, Any]) -> TrainResu
         records = read_metrics(run_dir / "metrics.jsonl") if run_dir.exists() else []
         metrics = dict(records[-1]) if records else {}
     return TrainResult(policy, cfg, run_dir, path, metrics, rank)
-
-
-def load_policy(path: str | Path, device: str = "cpu") -> tuple[ActorCritic, TrainConfig]:
-    """(policy in eval mode, its run's config) from a run directory (newest valid checkpoint)
-    or a checkpoint file. A registered network must be registered in this process too."""
-    from distrl.envs.registry import get_task
-    from distrl.play import load, make_policy
-
-    dev = torch.device(device)
-    cfg, state, _, _ = load(str(path), dev)
-    env = get_task(cfg.task).make_env(1, dev, cfg.env.max_episode_steps)
-    try:
-        return make_policy(env, cfg, state), cfg
-    finally:
-        env.close()
 
 
 def _flush_denormal() -> bool:

@@ -168,8 +168,7 @@ def export_policy(
     """Export the deterministic actor of a run directory's newest valid checkpoint (or of a
     checkpoint file) to ``format`` (``onnx`` or ``torchscript``); see the module docstring.
     A network registered with ``register_network`` must be registered in this process too."""
-    from distrl.api import load_policy
-    from distrl.play import load
+    from distrl.rundir import load, load_policy
 
     if format not in FORMATS:
         raise ExportError(f"--format {format!r}: choose one of {', '.join(FORMATS)}")

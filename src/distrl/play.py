@@ -15,12 +15,10 @@ from typing import Any, Literal
 import torch
 import tyro
 
-from distrl import checkpoint as ckpt
-from distrl.config import TrainConfig, from_dict
-from distrl.envs.core import VecEnv
+from distrl.config import TrainConfig
 from distrl.envs.registry import get_task, make_env
 from distrl.evaluation import evaluate, evaluate_suite, suite_table
-from distrl.policy import ActorCritic
+from distrl.rundir import load, make_policy
 
 
 @dataclass(frozen=True)
@@ -50,23 +48,6 @@ class PlayArgs:
     max_episode_steps: int | None = None
     """Episodic suites: the episodes' time limit (default: the run's training limit, its
     --env.max-episode-steps); e.g. 500 scores a run trained on shorter episodes on Meta-World's."""
-
-
-def load(path: str, device: torch.device) -> tuple[TrainConfig, dict[str, Any], Path, dict]:
-    """(config, policy state, checkpoint path, manifest) of a run directory's newest valid
-    checkpoint, or of a checkpoint file."""
-    p = Path(path)
-    found = ckpt.resolve_resume(str(p), None)[0] if p.is_dir() else p
-    if found is None:
-        raise ValueError(f"no checkpoint found under {p}")
-    state, manifest = ckpt.load_checkpoint(found, map_location=device)
-    return from_dict(manifest["config"]), state["policy"], found, manifest
-
-
-def make_policy(env: VecEnv, cfg: TrainConfig, state: dict[str, Any]) -> ActorCritic:
-    policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(env.device)
-    policy.load_state_dict(state)
-    return policy.eval()
 
 
 def play(args: PlayArgs) -> torch.Tensor:

@@ -131,6 +131,7 @@ def check(a: PretrainArgs, overrides: list[str]) -> tuple[TrainConfig, dict]:
     anything starts."""
     from distrl.args import parse_train_args
     from distrl.demos import load_demos
+    from distrl.distributed.strategies import strategy_spec
     from distrl.envs.registry import get_task
 
     cfg = parse_train_args([a.suite, *overrides])
@@ -144,7 +145,7 @@ def check(a: PretrainArgs, overrides: list[str]) -> tuple[TrainConfig, dict]:
         raise ValueError(f"--eval-episodes must be 0 (skip) or more, got {a.eval_episodes}")
     if not (math.isfinite(a.learning_rate) and a.learning_rate > 0):
         raise ValueError(f"--learning-rate must be positive, got {a.learning_rate}")
-    if cfg.dist.strategy != "allreduce":
+    if not strategy_spec(cfg.dist.strategy).every_rank_learns:
         raise ValueError(
             f"pretrain combines gradients by all-reduce; --dist.strategy {cfg.dist.strategy} "
             f"is for training (fine-tune with it: train --init-from bc.pt --dist.strategy ...)"

@@ -92,7 +92,7 @@ def episodic_train(
     rank: int, world: int, num_tasks: int, top: dict, agent: dict, multitask: dict | None = None
 ) -> dict:
     """``run_training`` (the CLI's rank entry point) on the tiny config."""
-    from distrl.cli import run_training
+    from distrl.session import run_training
 
     cfg = tiny_config(num_tasks, world, **(multitask or {}))
     cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, **agent), **top)

@@ -55,8 +55,8 @@ def train_local_sgd(rank: int, world: int, run_dir: str) -> dict:
     import dataclasses
 
     from distrl import Hooks
-    from distrl.cli import run_training
     from distrl.config import DistConfig
+    from distrl.session import run_training
     from tests.distributed.workers import small_config
 
     register()

@@ -118,8 +118,8 @@ def test_skip_solved_trains_the_unsolved_tasks_on_agreed_numbers() -> None:
     assert skipped, "no task was solved: the test did not exercise skipping"
     from dataclasses import replace as swap
 
-    from distrl.cli import check_before_start
     from distrl.config import DistConfig, validate
+    from distrl.session import check_before_start
     from tests.distributed.episodic_workers import tiny_config
 
     for bad, needle in (
@@ -274,8 +274,8 @@ def test_noise_beta_correlates_the_exploration_within_episodes() -> None:
     again = episodic_run(0, 1, 2, 2, {"noise_beta": 2.0})
     assert torch.equal(red["params"], again["params"])
     assert not torch.equal(red["params"], white["params"])
-    from distrl.cli import check_before_start
     from distrl.config import TrainConfig, validate
+    from distrl.session import check_before_start
     from tests.distributed.episodic_workers import tiny_config
 
     with pytest.raises(ValueError, match="noise-beta must be in"):
@@ -335,9 +335,9 @@ def test_self_imitation_keeps_each_tasks_newest_successful_steps(tmp_path: Path)
 
 
 def test_demos_and_bc_coef_go_together_and_must_be_of_the_suite(tmp_path: Path) -> None:
-    from distrl.cli import check_before_start
     from distrl.config import TrainConfig, validate
     from distrl.demos import make_demos, save_demos
+    from distrl.session import check_before_start
     from tests.distributed.episodic_workers import tiny_config
 
     for mt, needle in (

@@ -11,6 +11,7 @@ import torch
 
 from distrl.config import DistConfig, PolicyConfig, PSConfig, TrainConfig
 from distrl.distributed.strategies import STRATEGIES, check_strategy
+from distrl.runner.algorithms import check_compatible
 from tests.distributed.example_strategy import train_local_sgd
 from tests.distributed.harness import expect_ok, run_ranks
 
@@ -63,7 +64,7 @@ def test_every_registered_strategy_takes_its_own_defaults(strategy):
 
 def test_episodic_rloo_under_learner_actor_is_refused_with_the_reason():
     with pytest.raises(ValueError, match="fixed-length rollouts"):
-        check_strategy(cfg("reach10", strategy="learner-actor"), world_size=2, episodic=True)
+        check_compatible(cfg("reach10", strategy="learner-actor"), world_size=2)
 
 
 def test_reward_scaling_under_learner_actor_is_accepted():
@@ -71,12 +72,43 @@ def test_reward_scaling_under_learner_actor_is_accepted():
     c = dataclasses.replace(
         cfg(strategy="learner-actor"), policy=PolicyConfig(reward_normalization=True)
     )
-    check_strategy(c, world_size=2)
+    check_compatible(c, world_size=2)
 
 
 @pytest.mark.parametrize("strategy", ["ps-bsp", "ps-asp", "ps-bap"])
 def test_popart_under_a_parameter_server_is_refused_with_the_reason(strategy):
     c = dataclasses.replace(cfg(strategy=strategy), policy=PolicyConfig(popart_tasks=2))
     with pytest.raises(ValueError, match="PopArt rescales the critic's output layer"):
-        check_strategy(c, world_size=3)
-    check_strategy(dataclasses.replace(c, policy=PolicyConfig()), world_size=3)
+        check_compatible(c, world_size=3)
+    check_compatible(dataclasses.replace(c, policy=PolicyConfig()), world_size=3)
+
+
+@pytest.mark.parametrize(
+    "strategy, dist, world, named",
+    [
+        ("learner-actor", {}, 1, "needs at least 2 processes (ranks 0..0 learn"),
+        ("learner-actor", dict(learners=2), 3, "--dist.learners 2 needs at least 4 processes"),
+        ("ps-bsp", {}, 1, "--dist.strategy ps-bsp needs at least 2 processes (rank 0 serves"),
+    ],
+)
+def test_too_few_processes_are_refused_with_the_fewest(strategy, dist, world, named):
+    with pytest.raises(ValueError, match="needs at least") as e:
+        check_strategy(cfg(strategy=strategy, **dist), world_size=world)
+    assert named in str(e.value)
+    check_strategy(cfg(strategy=strategy, **dist), world_size=world + 1)
+
+
+def test_skip_solved_without_agreed_statistics_is_refused_naming_the_strategies_that_agree():
+    from distrl.config import MultiTaskConfig
+
+    c = dataclasses.replace(cfg("reach10"), multitask=MultiTaskConfig(skip_solved=0.9))
+    for strategy in ("ps-asp", "ps-bap"):
+        with pytest.raises(ValueError) as e:
+            check_compatible(dataclasses.replace(c, dist=DistConfig(strategy=strategy)), 3)
+        assert str(e.value) == (
+            f"--multitask.skip-solved needs every rank to agree on the tasks' success, which "
+            f"--dist.strategy {strategy} does not give its workers; use allreduce or ps-bsp, or "
+            f"drop it"
+        )
+    for strategy in ("allreduce", "ps-bsp"):
+        check_compatible(dataclasses.replace(c, dist=DistConfig(strategy=strategy)), 3)

@@ -220,7 +220,7 @@ def runner_replica(runner) -> dict:
 
 def train_run(rank: int, world: int, overrides: dict) -> dict:
     """The real training entry point inside a rank (used by failure and agreement tests)."""
-    from distrl.cli import run_training
+    from distrl.session import run_training
 
     cfg = small_config(overrides.pop("num_envs", 32), distributed=world > 1)
     sub = {k: v for k, v in overrides.items() if k in ("agent", "dist", "env")}
@@ -299,8 +299,8 @@ def train_with_fault(
     import time
 
     from distrl import Hooks
-    from distrl.cli import run_training
     from distrl.config import DistConfig
+    from distrl.session import run_training
 
     entered: dict[int, float] = {}
 
@@ -424,8 +424,8 @@ def ps_run(
     import time
 
     from distrl import Hooks
-    from distrl.cli import run_training
     from distrl.config import DistConfig, PSConfig
+    from distrl.session import run_training
     from distrl.telemetry import read_metrics
 
     kill = fault.get("kill_worker")

@@ -58,7 +58,7 @@ def tensors_digest(state: dict) -> str:
 
 def golden_run(rank: int, world: int, run_dir: str) -> dict:
     from distrl import checkpoint as ckpt
-    from distrl.cli import run_training
+    from distrl.session import run_training
 
     run_training(golden_config(run_dir, distributed=world > 1))
     if rank != 0:

@@ -94,7 +94,8 @@ def test_observations_without_a_task_one_hot_are_refused():
 
 
 def test_popart_is_refused_for_episodic_suites():
-    from distrl.cli import check_before_start, parse_train_args
+    from distrl.args import parse_train_args
+    from distrl.session import check_before_start
 
     cfg = parse_train_args(["reach10", "--policy.popart-tasks", "10"])
     with pytest.raises(ValueError, match="popart-tasks does not apply to reach10.*no critic"):

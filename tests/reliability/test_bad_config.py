@@ -15,7 +15,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from distrl import cli
+from distrl import session
+from distrl.args import parse_train_args
 from tests.helpers import QUIET, refuse_to_start, run_main
 
 # (id, argv after `train`, substrings the message must contain, environment for the row)
@@ -199,7 +200,7 @@ def test_bad_configuration_is_refused_before_anything_starts(
 
     # the functions raise a ValueError with the numbers and the fix ...
     with pytest.raises(ValueError) as e:
-        cli.check_before_start(cli.parse_train_args(argv))
+        session.check_before_start(parse_train_args(argv))
     message = str(e.value)
     for part in expected:
         assert part in message, f"{part!r} not in:\n{message}"

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from distrl import checkpoint as ckpt
-from distrl.cli import run_training
 from distrl.envs.registry import get_task
 from distrl.runner.on_policy import EnvStepError, NonFiniteEnvError
+from distrl.session import run_training
 from tests.fixtures.faulty import EnvFault, FaultyEnv, parse_faults
 from tests.helpers import BIN
 from tests.reliability.workers import faulty_train, poisoned_rewards, run_group, tiny_config

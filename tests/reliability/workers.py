@@ -86,7 +86,7 @@ def faulty_train(
     ``DISTRL_FAULTS=faults``; writes ``{report}.{rank}.json`` (what it raised, its cause,
     seconds) and re-raises."""
     import tests.fixtures.faulty  # noqa: F401 (registers faulty-cartpole)
-    from distrl.cli import run_training
+    from distrl.session import run_training
 
     os.environ["DISTRL_FAULTS"] = faults  # parse_faults reads RANK (set by the harness)
     cfg = tiny_config(
@@ -110,7 +110,7 @@ def poisoned_rewards(
     rank's per-iteration skip counts and parameters, and what stopped training."""
     from distrl import Hooks
     from distrl.algorithms.ppo import NonFiniteError
-    from distrl.cli import run_training
+    from distrl.session import run_training
 
     history: list[dict] = []
 
@@ -175,6 +175,7 @@ def with_config(cfg: TrainConfig, **sub) -> TrainConfig:
 def cli_rank(rank: int, world: int, argv: list[str]) -> int:
     """What a rank started by `distrl train --nproc N` does with its argv (the launcher adds
     ``--distributed True --run-dir D``): parse it, then ``run_training``."""
-    from distrl.cli import parse_train_args, run_training
+    from distrl.args import parse_train_args
+    from distrl.session import run_training
 
     return run_training(parse_train_args(argv))["iteration"]

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from distrl.config import TrainConfig
+from distrl.distributed.launch import default_threads
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,6 @@ def pin_to_cores(local_rank: int, local_world_size: int) -> list[int] | None:
     return mine
 
 
-def default_threads(local_world_size: int) -> int:
-    """Cores / local world size: oversubscribing the cores makes every rank slower."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // max(1, local_world_size))
-
-
 def check_launch(cfg: TrainConfig) -> None:
     """Refuse contradictory launches before anything starts."""
     _, _, world, _ = env_ranks()
@@ -97,25 +92,6 @@ def check_launch(cfg: TrainConfig) -> None:
         )
     if cfg.distributed:
         check_devices(cfg.device, env_ranks()[3])
-    check_strategy(cfg, world if cfg.distributed else 1)
-
-
-def check_strategy(cfg: TrainConfig, world_size: int) -> None:
-    """A parameter server needs a server and at least one worker; learner-actor needs at least
-    one actor per learner."""
-    L = cfg.dist.learners
-    if cfg.dist.strategy == "learner-actor" and world_size < 2 * L:
-        raise ValueError(
-            f"--dist.strategy learner-actor with --dist.learners {L} needs at least {2 * L} "
-            f"processes (ranks 0..{L - 1} learn, every learner needs an actor), got "
-            f"{world_size}; use e.g. --nproc {2 * L}"
-        )
-    if cfg.dist.parameter_server and world_size < 2:
-        raise ValueError(
-            f"--dist.strategy {cfg.dist.strategy} needs at least 2 processes (rank 0 serves "
-            f"the parameters, the others collect and compute gradients), got {world_size}; "
-            f"use e.g. --nproc 3 for 2 workers"
-        )
 
 
 def available_devices() -> list[str]:

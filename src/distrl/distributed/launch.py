@@ -158,11 +158,15 @@ def torchrun_command(
     ]
 
 
+def default_threads(local_world_size: int) -> int:
+    """Cores / local world size: oversubscribing the cores makes every rank slower."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, local_world_size))
+
+
 def launch_env(nproc: int) -> dict[str, str]:
     """The environment torchrun and its ``nproc`` ranks start with: this process's, plus
     defaults for what the user did not set."""
-    from distrl.distributed.context import default_threads
-
     env = dict(os.environ)
     # Torch 2.13's elastic restart with Gloo fails to reconnect when the agent shares its
     # rendezvous TCP store with the workers; an unshared store restarts cleanly.

@@ -3,29 +3,45 @@
 Adding a strategy is a class in its own file (the ``Strategy`` protocol of
 ``distributed/base.py``: its roles, ``run`` for their loops, ``step``, ``reduce_stats``; most
 inherit the timed collectives of ``Collectives``) plus one ``STRATEGIES`` line naming how to
-build it, which ``--dist`` options only it reads, and which algorithms it cannot run (with the
-reason). ``tests/distributed/test_strategies.py`` adds one that way.
+build it, which ``--dist`` options only it reads, what it does not give an algorithm (with the
+reason), how many processes it needs and whether its rollouts may come from older weights.
+``tests/distributed/test_strategies.py`` adds one that way.
 
-``check_strategy`` runs before any process group exists (``distrl train`` checks it before
-torchrun starts, ``make_strategy`` again inside each rank): a strategy given options that only
-another strategy reads, or paired with an algorithm it cannot run, is refused with the reason.
+This table and the algorithm registry (``runner/algorithms.ALGORITHMS``, which reads this one;
+never the reverse) hold every compatibility rule: ``runner.algorithms.check_compatible`` checks
+a config against both before anything starts. ``check_strategy`` is this table's own part (an
+unknown strategy, another strategy's options, too few processes); ``make_strategy`` runs it
+again inside each rank.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from distrl.config import DistConfig, TrainConfig
-from distrl.distributed import context
 from distrl.distributed.allreduce import AllReduceStrategy
 from distrl.distributed.base import Strategy
 from distrl.distributed.context import DistContext
 from distrl.distributed.learner_actor import LearnerActor
 from distrl.distributed.param_server import ParameterServer
 
-ON_POLICY, EPISODIC = "on-policy PPO", "episodic RLOO"
-POPART = "on-policy PPO with PopArt"
+# What a strategy may give an algorithm; an algorithm's needs name these (runner/algorithms.py).
+WHOLE_EPISODES = "whole episodes"
+"""A learner's batch may be whole episodes of varying length (not fixed-length rollouts)."""
+AGREED_STATS = "agreed statistics"
+"""Every collecting rank holds the same statistics of every rank's batch each iteration."""
+STATS_WHERE_WEIGHTS = "statistics where the weights are"
+"""The agreed statistics reach the ranks that update the weights, in the same iteration."""
+CAPABILITIES = (WHOLE_EPISODES, AGREED_STATS, STATS_WHERE_WEIGHTS)
+
+
+def _one(dist: DistConfig) -> int:
+    return 1
+
+
+def _never(dist: DistConfig) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -33,43 +49,76 @@ class StrategySpec:
     build: Callable[[DistContext, TrainConfig], Strategy]
     options: tuple[str, ...] = ()
     """``--dist`` fields (dotted below ``dist``) that only this strategy reads."""
-    refuses: tuple[tuple[str, str], ...] = ()
-    """(algorithm, why) pairs this strategy cannot run."""
+    lacks: Mapping[str, str] = field(default_factory=dict)
+    """Capability (``CAPABILITIES``) -> why this strategy does not give it; an algorithm (or an
+    algorithm's option) that needs it is refused under this strategy with that reason."""
+    min_world: Callable[[DistConfig], int] = _one
+    """The fewest processes it runs on."""
+    too_few: Callable[[DistConfig, int], str] = lambda d, world: (
+        f"--dist.strategy {d.strategy} needs more than {world} processes; raise --nproc"
+    )
+    """The refusal below ``min_world`` (the DistConfig, the world size given)."""
+    off_policy: Callable[[DistConfig], bool] = _never
+    """Whether a learner may train on rollouts collected with older weights (an algorithm then
+    needs an off-policy correction: ``AlgorithmSpec.corrects_off_policy``)."""
+    every_rank_learns: bool = False
+    """Every rank computes gradients and takes each step with the others (no server, no
+    actors): ``distrl pretrain`` runs under it."""
 
 
-_EPISODIC_LA = (
-    EPISODIC,
+_EPISODES_LA = (
     "its actors ship fixed-length rollouts to the learners, and episodic batches are whole "
-    "episodes of varying length per task; use --dist.strategy allreduce",
+    "episodes of varying length per task; use --dist.strategy allreduce"
 )
-
-
 _POPART_PS = (
-    POPART,
     "PopArt rescales the critic's output layer when the agreed value-target statistics move, and "
     "under a parameter server the weights live on the server while the workers agree on the "
-    "statistics; use --dist.strategy allreduce or learner-actor, or --policy.popart-tasks 0",
+    "statistics; use --dist.strategy allreduce or learner-actor, or --policy.popart-tasks 0"
 )
+_UNAGREED = "each worker's statistics reach the server alone; the workers do not agree on them"
+
+
+def _ps_too_few(d: DistConfig, world: int) -> str:
+    return (
+        f"--dist.strategy {d.strategy} needs at least 2 processes (rank 0 serves the "
+        f"parameters, the others collect and compute gradients), got {world}; use e.g. "
+        f"--nproc 3 for 2 workers"
+    )
+
+
+def _la_too_few(d: DistConfig, world: int) -> str:
+    L = d.learners
+    return (
+        f"--dist.strategy learner-actor with --dist.learners {L} needs at least {2 * L} "
+        f"processes (ranks 0..{L - 1} learn, every learner needs an actor), got {world}; use "
+        f"e.g. --nproc {2 * L}"
+    )
 
 
 def _allreduce(ctx: DistContext, cfg: TrainConfig) -> Strategy:
     return AllReduceStrategy(ctx, profile_sync=cfg.dist.profile_sync, timeout=cfg.dist.timeout)
 
 
-def _ps(mode: str) -> Callable[[DistContext, TrainConfig], Strategy]:
+def _ps(mode: str, options: tuple[str, ...] = (), agreed: bool = True) -> StrategySpec:
     def build(ctx: DistContext, cfg: TrainConfig) -> Strategy:
         return ParameterServer(ctx, cfg, mode)
 
-    return build
+    lacks = {STATS_WHERE_WEIGHTS: _POPART_PS} | ({} if agreed else {AGREED_STATS: _UNAGREED})
+    return StrategySpec(build, options, lacks, lambda d: 2, _ps_too_few)
 
 
 STRATEGIES: dict[str, StrategySpec] = {
-    "allreduce": StrategySpec(_allreduce, options=("profile_sync",)),
-    "ps-bsp": StrategySpec(_ps("bsp"), refuses=(_POPART_PS,)),
-    "ps-asp": StrategySpec(_ps("asp"), ("ps.staleness_lr",), refuses=(_POPART_PS,)),
-    "ps-bap": StrategySpec(_ps("bap"), ("ps.staleness", "ps.lifetime"), refuses=(_POPART_PS,)),
+    "allreduce": StrategySpec(_allreduce, options=("profile_sync",), every_rank_learns=True),
+    "ps-bsp": _ps("bsp"),
+    "ps-asp": _ps("asp", ("ps.staleness_lr",), agreed=False),
+    "ps-bap": _ps("bap", ("ps.staleness", "ps.lifetime"), agreed=False),
     "learner-actor": StrategySpec(
-        LearnerActor, ("learners", "sync", "max_policy_lag", "correction"), refuses=(_EPISODIC_LA,)
+        LearnerActor,
+        ("learners", "sync", "max_policy_lag", "correction"),
+        lacks={WHOLE_EPISODES: _EPISODES_LA},
+        min_world=lambda d: 2 * d.learners,
+        too_few=_la_too_few,
+        off_policy=lambda d: d.sync == "async",
     ),
 }
 
@@ -81,14 +130,20 @@ def _get(cfg: DistConfig, dotted: str) -> object:
     return value
 
 
-def check_strategy(cfg: TrainConfig, world_size: int, episodic: bool = False) -> None:
-    """Refuse, naming why, an unknown strategy, one with too few processes, another strategy's
-    options, or an algorithm this strategy cannot run (``episodic``: the task has an episodic
-    suite and trains with RLOO). Raises ValueError."""
-    name = cfg.dist.strategy
+def strategy_spec(name: str) -> StrategySpec:
+    """The registry row of ``name``; an unknown one is refused naming the known ones."""
     spec = STRATEGIES.get(name)
     if spec is None:
         raise ValueError(f"--dist.strategy {name!r} is not one of {sorted(STRATEGIES)}")
+    return spec
+
+
+def check_strategy(cfg: TrainConfig, world_size: int) -> None:
+    """Refuse, naming why, an unknown strategy, one with too few processes, or another
+    strategy's options. Raises ValueError. (Which algorithms and algorithm options a strategy
+    takes: ``runner.algorithms.check_compatible``.)"""
+    name = cfg.dist.strategy
+    spec = strategy_spec(name)
     defaults = DistConfig()
     foreign = [
         (opt, other)
@@ -116,16 +171,11 @@ def check_strategy(cfg: TrainConfig, world_size: int, episodic: bool = False) ->
                     f"--dist.{flag} {value} is read only with --dist.sync async (on-policy "
                     f"actors always wait for the newest weights); add --dist.sync async"
                 )
-    algorithm = EPISODIC if episodic else POPART if cfg.policy.popart_tasks else ON_POLICY
-    for refused, why in spec.refuses:
-        if refused == algorithm:
-            raise ValueError(
-                f"{cfg.task} trains with {algorithm}, which --dist.strategy {name} cannot run: "
-                f"{why}"
-            )
-    context.check_strategy(cfg, world_size)
+    need = spec.min_world(cfg.dist)
+    if world_size < need:
+        raise ValueError(spec.too_few(cfg.dist, world_size))
 
 
-def make_strategy(cfg: TrainConfig, ctx: DistContext, episodic: bool = False) -> Strategy:
-    check_strategy(cfg, ctx.world_size if ctx.distributed else 1, episodic)
+def make_strategy(cfg: TrainConfig, ctx: DistContext) -> Strategy:
+    check_strategy(cfg, ctx.world_size if ctx.distributed else 1)
     return STRATEGIES[cfg.dist.strategy].build(ctx, cfg)

@@ -21,6 +21,7 @@ import torch
 from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig
 from distrl.distributed.base import Agreed, StatsLayout, Strategy
+from distrl.distributed.strategies import STRATEGIES
 from distrl.envs.core import VecEnv
 from distrl.policy import ActorCritic, Moments
 from distrl.runner.base import Runner
@@ -54,7 +55,7 @@ class OnPolicyRunner(Runner):
         roles = strategy.roles
         slots = roles.remote_rollouts or 1
         d = cfg.dist  # async actors' rollouts may come from older weights: V-trace
-        off_policy = d.strategy == "learner-actor" and d.sync == "async"
+        off_policy = STRATEGIES[d.strategy].off_policy(d)
         off_policy = off_policy and d.correction == "vtrace"
         self.learner = Learner(
             self.policy, cfg.agent, env.num_envs * slots, cfg.seed, off_policy=off_policy

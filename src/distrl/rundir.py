@@ -1,0 +1,102 @@
+"""A run directory, read: its config, its checkpoints and the policy they hold.
+
+``load`` finds a run directory's newest valid checkpoint (or takes a checkpoint file) and
+returns the config it trained with and its policy state; ``make_policy``/``load_policy`` build
+the policy from them; ``init_policy`` is ``train --init-from``'s read, refused when the policy
+would not fit this run; ``check_run_dir_free`` refuses to start a new run over an old one.
+``distrl play``, ``export``, ``distrl.load_policy`` and the training session read runs here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from distrl import checkpoint as ckpt
+from distrl.config import TrainConfig, from_dict, to_dict
+from distrl.envs.core import VecEnv
+from distrl.policy.actor_critic import ActorCritic
+
+
+def load(path: str | Path, device: torch.device) -> tuple[TrainConfig, dict[str, Any], Path, dict]:
+    """(config, policy state, checkpoint path, manifest) of a run directory's newest valid
+    checkpoint, or of a checkpoint file."""
+    p = Path(path)
+    found = ckpt.resolve_resume(str(p), None)[0] if p.is_dir() else p
+    if found is None:
+        raise ValueError(f"no checkpoint found under {p}")
+    state, manifest = ckpt.load_checkpoint(found, map_location=device)
+    return from_dict(manifest["config"]), state["policy"], found, manifest
+
+
+def make_policy(env: VecEnv, cfg: TrainConfig, state: dict[str, Any]) -> ActorCritic:
+    """The policy ``cfg`` builds for ``env``'s spaces, with ``state`` loaded, in eval mode."""
+    policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(env.device)
+    policy.load_state_dict(state)
+    return policy.eval()
+
+
+def load_policy(path: str | Path, device: str = "cpu") -> tuple[ActorCritic, TrainConfig]:
+    """(policy in eval mode, its run's config) from a run directory (newest valid checkpoint)
+    or a checkpoint file. A registered network must be registered in this process too."""
+    from distrl.envs.registry import get_task
+
+    dev = torch.device(device)
+    cfg, state, _, _ = load(str(path), dev)
+    env = get_task(cfg.task).make_env(1, dev, cfg.env.max_episode_steps)
+    try:
+        return make_policy(env, cfg, state), cfg
+    finally:
+        env.close()
+
+
+def init_policy(cfg: TrainConfig) -> tuple[dict, Path, int]:
+    """``--init-from``: (policy state, checkpoint, its iteration), refused with the fix when the
+    checkpoint's task or policy settings differ from this run's (its weights would not fit)."""
+    src = Path(cfg.init_from or "").expanduser()
+    if not src.exists():
+        raise ValueError(f"--init-from {cfg.init_from}: no such run directory or checkpoint file")
+    theirs, state, path, manifest = load(str(src), torch.device("cpu"))
+    mine = to_dict(cfg)
+    if theirs.task != cfg.task:
+        raise ValueError(
+            f"--init-from {path}: its task is {theirs.task}, this run's {cfg.task}; a policy "
+            f"fits only the observations and actions of its own task"
+        )
+    ours, other = mine["policy"], to_dict(theirs)["policy"]
+    differ = [f"--policy.{k.replace('_', '-')} {other.get(k)} there, {v} here"
+              for k, v in ours.items() if other.get(k) != v]  # fmt: skip
+    if differ:
+        raise ValueError(
+            f"--init-from {path}: the policy differs ({'; '.join(differ)}); pass that run's "
+            f"--policy settings"
+        )
+    return state, path, int(manifest["iteration"])
+
+
+def check_run_dir_free(run_dir: str | None) -> None:
+    """Refuse to start a new run in a directory that already holds one (metrics or
+    checkpoints): its metrics would be appended to the old ones and its checkpoints mixed with
+    theirs. An absent or empty directory, or one with neither, is free."""
+    from distrl.telemetry import METRICS_FILE, read_metrics
+
+    if run_dir is None:
+        return
+    path = Path(run_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--run-dir {run_dir} is a file; pass a directory (new or empty)")
+    metrics = path / METRICS_FILE
+    checkpoints = ckpt.list_checkpoints(path / "checkpoints")
+    if not checkpoints and not (metrics.is_file() and metrics.stat().st_size > 0):
+        return
+    iterations = [ckpt.checkpoint_iteration(p) or 0 for p in checkpoints[:1]]
+    if metrics.is_file():
+        records = read_metrics(metrics)
+        iterations += [r["iteration"] for r in records if isinstance(r.get("iteration"), int)]
+    at = f"iteration {max(iterations)}" if iterations else "no iteration finished"
+    raise ValueError(
+        f"run dir {run_dir} already holds a run ({at}); pass --resume auto to continue it or "
+        f"choose a new --run-dir"
+    )

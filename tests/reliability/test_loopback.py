@@ -90,7 +90,7 @@ def listening(pid: int) -> set[tuple[int, str, int]]:
 def test_every_listening_socket_of_a_two_rank_run_is_on_loopback(tmp_path):
     run_dir = tmp_path / "run"
     cmd = [str(BIN / "distrl"), "train", "cartpole", "--nproc", "2", "--run-dir", str(run_dir)]
-    cmd += [*tiny_train_args(8, max_iterations=100000), "--dist.timeout", "30"]
+    cmd += [*tiny_train_args(8, max_iterations=2000), "--dist.timeout", "30"]
     log = tmp_path / "log"
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -114,8 +114,11 @@ def test_every_listening_socket_of_a_two_rank_run_is_on_loopback(tmp_path):
             time.sleep(0.2)
         assert proc.poll() is None and trained, log.read_text()[-3000:]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        # torchrun starts its ranks in sessions of their own: kill every process of the tree
+        # (a killed launcher's ranks trained on for hours, loading the machine)
+        for pid in process_tree(proc.pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         proc.wait()
     described = "\n".join(f"{a}:{p} in {pid} ({owners.get(pid)})" for pid, a, p in sorted(seen))
     # the launcher's rendezvous store, rank 0's worker store, and a Gloo listener per rank

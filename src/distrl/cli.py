@@ -81,17 +81,17 @@ def train_main(argv: list[str] | None = None) -> int:
     # active exception"), turning a finished run into a failed one for torchrun; and with a
     # peer lost, the process group's teardown can block on that peer or abort. Every file is
     # closed and fsynced by then.
-    from distrl.distributed import context
+    from distrl.distributed import liveness
 
     code = 0
     try:
         session.run_training(cfg)
     except (Exception, KeyboardInterrupt) as e:
         rank = int(os.environ.get("RANK", "0"))
-        why = context.dropped_reason(rank) if isinstance(e, context.PeerFailure) else None
+        why = liveness.dropped_reason(rank) if isinstance(e, liveness.PeerFailure) else None
         if why is not None:  # the run goes on without this rank: leave quietly, exit 0
             print(f"rank {rank}: dropped from the run ({why}); leaving", file=sys.stderr)
-            context.mark_left(rank)
+            liveness.mark_left(rank)
         else:
             traceback.print_exc()
             code = 1

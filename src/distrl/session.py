@@ -131,7 +131,7 @@ def check_launch_mode(cfg: TrainConfig) -> None:
 def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
     """One rank's whole life: process group, env, runner, telemetry; torn down on any exit.
     The runner calls the task's hooks (``register_task(..., hooks=)``), then ``hooks``."""
-    from distrl.distributed import context
+    from distrl.distributed import context, liveness
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import get_task, make_env
     from distrl.runner.algorithms import check_compatible
@@ -224,7 +224,7 @@ def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
         close()
         clean = True
         return final
-    except context.PeerFailure:
+    except liveness.PeerFailure:
         lost = True
         raise
     finally:

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from distrl.distributed import context
+from distrl.distributed import context, liveness
 from tests.distributed.harness import free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -35,8 +35,8 @@ def stoppable_store(monkeypatch):
     try:
         client = dist.TCPStore("127.0.0.1", port, 2, False, timeout=datetime.timedelta(seconds=20))
         monkeypatch.setattr(distributed_c10d, "_get_default_store", lambda: client)
-        monkeypatch.setattr(context, "_store_down", False)
-        monkeypatch.setattr(context, "STORE_WAIT", 1.0)
+        monkeypatch.setattr(liveness, "_store_down", False)
+        monkeypatch.setattr(liveness, "STORE_WAIT", 1.0)
         yield host.pid, client
     finally:
         os.kill(host.pid, signal.SIGCONT)
@@ -47,29 +47,29 @@ def stoppable_store(monkeypatch):
 def test_a_stopped_store_host_costs_one_wait_then_nothing(stoppable_store):
     pid, client = stoppable_store
     client.set("distrl/dropped/1", "stalled")
-    assert context.dropped_reason(1) == "stalled"  # the store answers while its host runs
+    assert liveness.dropped_reason(1) == "stalled"  # the store answers while its host runs
     os.kill(pid, signal.SIGSTOP)
     t0 = time.perf_counter()
-    assert context.dropped_reason(1) is None
+    assert liveness.dropped_reason(1) is None
     first = time.perf_counter() - t0
     assert 0.9 <= first < 3.0, first  # one STORE_WAIT, not the store's own 20 s (or forever)
     t0 = time.perf_counter()
     ctx = context.DistContext(2, 2, 3, 3, torch.device("cpu"), "gloo")
-    context.heartbeat(ctx, 7)
-    context.mark_left(2)
-    assert context.release_dropped({1: "stalled"}, wait=5.0) == []
-    assert "stopped answering" in context.silent_ranks(ctx)
+    liveness.heartbeat(ctx, 7)
+    liveness.mark_left(2)
+    assert liveness.release_dropped({1: "stalled"}, wait=5.0) == []
+    assert "stopped answering" in liveness.silent_ranks(ctx)
     assert time.perf_counter() - t0 < 0.5  # given up on: no more waits
 
 
 def test_a_live_store_carries_heartbeats_and_drops(stoppable_store):
     _, client = stoppable_store
     ctx = context.DistContext(1, 1, 3, 3, torch.device("cpu"), "gloo")
-    context.heartbeat(ctx, 3)
+    liveness.heartbeat(ctx, 3)
     assert client.get("distrl/alive/1").decode().split()[0] == "3"
     other = context.DistContext(2, 2, 3, 3, torch.device("cpu"), "gloo")
-    assert "rank 1 last seen at iteration 3" in context.silent_ranks(other)
+    assert "rank 1 last seen at iteration 3" in liveness.silent_ranks(other)
     client.set("distrl/dropped/1", "too slow")
-    with pytest.raises(context.RankDropped, match="too slow"):
-        context.heartbeat(ctx, 4)
-    assert not context._store_down
+    with pytest.raises(liveness.RankDropped, match="too slow"):
+        liveness.heartbeat(ctx, 4)
+    assert not liveness._store_down

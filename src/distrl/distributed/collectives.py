@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 
 from distrl.distributed.base import Agreed, Links
-from distrl.distributed.context import DistContext, heartbeat, peer_failure
+from distrl.distributed.context import DistContext
+from distrl.distributed.liveness import heartbeat, peer_failure
 from distrl.distributed.transport import install_mismatch, install_signature
 
 

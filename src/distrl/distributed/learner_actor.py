@@ -50,13 +50,8 @@ from distrl.config import TrainConfig
 from distrl.distributed.allreduce import AllReduceStrategy, verify_identical
 from distrl.distributed.base import Links, Roles
 from distrl.distributed.collectives import Collectives
-from distrl.distributed.context import (
-    DistContext,
-    PeerFailure,
-    heartbeats,
-    release_dropped,
-    store_op,
-)
+from distrl.distributed.context import DistContext
+from distrl.distributed.liveness import PeerFailure, heartbeats, release_dropped, store_op
 from distrl.distributed.messages import ActorHeader, LearnerHeader, kind_of
 from distrl.distributed.routing import RoutingTable, routing_table
 from distrl.distributed.transport import (

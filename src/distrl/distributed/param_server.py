@@ -54,7 +54,8 @@ from distrl.distributed.base import (
     StatsSink,
 )
 from distrl.distributed.collectives import Collectives
-from distrl.distributed.context import DistContext, PeerFailure, release_dropped
+from distrl.distributed.context import DistContext
+from distrl.distributed.liveness import PeerFailure, release_dropped
 from distrl.distributed.messages import ServerHeader, WorkerHeader
 from distrl.distributed.transport import (
     Inbox,

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from distrl import __version__
-from distrl.distributed.context import RankDropped, dropped_reason
+from distrl.distributed.liveness import RankDropped, dropped_reason
 from distrl.distributed.messages import (
     ActorHeader,
     Header,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import difflib
+import itertools
 import typing
 from pathlib import Path
 
@@ -20,8 +21,19 @@ from distrl.config import TrainConfig, from_dict, validate
 
 
 def default_run_dir(task: str) -> Path:
+    """A new directory ``runs/<task>/<timestamp>``, created here: two runs started in the same
+    second get ``<timestamp>`` and ``<timestamp>-2`` (``mkdir`` claims a name atomically)."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / task.replace(":", "_").replace("/", "_") / stamp
+    parent = Path("runs") / task.replace(":", "_").replace("/", "_")
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        path = parent / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")
 
 
 def _unknown_keys(cls: type, data: dict, prefix: str = "") -> list[str]:

@@ -3,12 +3,17 @@
 ``load`` finds a run directory's newest valid checkpoint (or takes a checkpoint file) and
 returns the config it trained with and its policy state; ``make_policy``/``load_policy`` build
 the policy from them; ``init_policy`` is ``train --init-from``'s read, refused when the policy
-would not fit this run; ``check_run_dir_free`` refuses to start a new run over an old one.
+would not fit this run; ``check_run_dir_free`` refuses to start a new run over an old one,
+and ``RunLock`` a second live run in the same directory.
 ``distrl play``, ``export``, ``distrl.load_policy`` and the training session read runs here.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +105,47 @@ def check_run_dir_free(run_dir: str | None) -> None:
         f"run dir {run_dir} already holds a run ({at}); pass --resume auto to continue it or "
         f"choose a new --run-dir"
     )
+
+
+LOCK_FILE = ".lock"
+
+
+class RunLock:
+    """An exclusive lock on a run directory (``fcntl.flock`` on ``RUN/.lock``, which holds the
+    holder's pid, host and start time), taken by the process that writes the run (rank 0) and
+    held while it trains. The kernel drops it when that process ends, however it ends, so a
+    crashed run leaves no stale lock, and an elastic restart's new rank 0 takes it again. A
+    second run in the same directory is refused naming the holder (ValueError).
+
+    flock is per host: on a shared file system, two machines do not see each other's locks."""
+
+    def __init__(self, run_dir: str | Path):
+        path = Path(run_dir).expanduser()
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path / LOCK_FILE
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ValueError(
+                f"run dir {run_dir} is in use by a live run ({holder}); wait for it to finish, "
+                f"stop it, or choose another --run-dir"
+            ) from None
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {stamp}\n".encode(), 0)
+        self.fd: int | None = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the lock
+            self.fd = None
+
+
+def check_unlocked(run_dir: str | Path) -> None:
+    """Refuse, before anything starts, a run directory a live run holds (``RunLock``)."""
+    path = Path(run_dir).expanduser()
+    if (path / LOCK_FILE).exists():
+        RunLock(path).release()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from distrl import checkpoint as ckpt
 from distrl.args import default_run_dir
 from distrl.config import TrainConfig, to_dict
-from distrl.rundir import check_run_dir_free, init_policy
+from distrl.rundir import RunLock, check_run_dir_free, check_unlocked, init_policy
 
 if TYPE_CHECKING:
     from distrl.runner.hooks import Hooks
@@ -65,6 +65,8 @@ def check_before_start(cfg: TrainConfig) -> None:
             raise ValueError(WANDB_MISSING)
     if cfg.resume is None and not launch.under_torchrun():
         check_run_dir_free(cfg.run_dir)
+    if cfg.run_dir is not None and not launch.under_torchrun():
+        check_unlocked(cfg.run_dir)
     if cfg.multitask.demos is not None:
         from distrl.demos import load_demos
 
@@ -142,11 +144,15 @@ def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
     all_hooks = [*task.hooks, *hooks]
     ctx = context.init(cfg)
     clean = lost = False
+    lock: RunLock | None = None
     try:
         algorithm = check_compatible(cfg, ctx.world_size if ctx.distributed else 1)
         strategy = make_strategy(cfg, ctx)
         cfg = cfg.with_budget(strategy.num_collectors)  # --agent.total-timesteps, if set
-        run_dir = Path(strategy.broadcast_object(str(cfg.run_dir or default_run_dir(cfg.task))))
+        chosen = cfg.run_dir or (str(default_run_dir(cfg.task)) if ctx.is_main else None)
+        run_dir = Path(strategy.broadcast_object(chosen))
+        if ctx.is_main:  # held until this process ends: a second run here is refused
+            lock = RunLock(run_dir)
         resume_path: Path | None = None
         skipped: list[tuple[Path, str]] = []
         if cfg.resume:
@@ -228,4 +234,6 @@ def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
         lost = True
         raise
     finally:
+        if lock is not None:
+            lock.release()
         context.shutdown(clean, peer_lost=lost)

@@ -1,0 +1,72 @@
+"""One run per directory: a live run holds its directory's lock (``rundir.RunLock``), a second
+run there is refused naming the holder, a finished or killed run leaves no stale lock, and
+default run directories never collide (two runs started in the same second)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from distrl import args
+from distrl.rundir import LOCK_FILE, RunLock, check_unlocked
+from tests.distributed.workers import cli_env, run_cli
+from tests.helpers import BIN, tiny_train_args
+
+
+def test_a_second_lock_on_a_run_directory_is_refused_naming_the_holder(tmp_path: Path):
+    held = RunLock(tmp_path / "run")
+    with pytest.raises(ValueError, match=f"in use by a live run \\(pid {os.getpid()} on "):
+        RunLock(tmp_path / "run")
+    with pytest.raises(ValueError, match="choose another --run-dir"):
+        check_unlocked(tmp_path / "run")
+    held.release()
+    RunLock(tmp_path / "run").release()  # free again once released
+    check_unlocked(tmp_path / "run")
+
+
+def test_default_run_directories_started_in_the_same_second_differ(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 11, 27, 1, 2, 3)
+
+    monkeypatch.setattr(args.datetime, "datetime", Frozen)
+    first, second = args.default_run_dir("cartpole"), args.default_run_dir("cartpole")
+    assert first != second and first.is_dir() and second.is_dir()
+    assert (first.name, second.name) == ("20261127-010203", "20261127-010203-2")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_second_run_on_a_live_runs_directory_is_refused_and_a_killed_run_frees_it(tmp_path):
+    run = tmp_path / "run"
+    cmd = [str(BIN / "distrl"), "train", "cartpole", "--run-dir", str(run)]
+    live = subprocess.Popen(
+        [*cmd, *tiny_train_args(8, max_iterations=100000)],
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (run / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (run / "metrics.jsonl").exists(), "the first run never started"
+        again = [*cmd, "--resume", "auto", *tiny_train_args(8, max_iterations=3)]
+        code, out, err, _ = run_cli(again, timeout=60)
+        assert code == 2, out + err
+        assert f"in use by a live run (pid {live.pid} on " in err, err
+    finally:
+        os.killpg(live.pid, signal.SIGKILL)
+        live.wait()
+    assert (run / LOCK_FILE).exists()
+    check_unlocked(run)  # the kernel dropped the killed run's lock

@@ -17,7 +17,7 @@ NPROC   ?= 2
 ARGS    ?=
 EXTRAS  ?= dev,mujoco,video,export,metaworld
 
-.PHONY: setup setup-mujoco train test test-fast lint format bench clean
+.PHONY: setup setup-mujoco train test test-long test-all test-fast lint format bench clean
 
 setup: $(STAMP)
 
@@ -34,10 +34,16 @@ train: setup
 	$(BIN)/distrl train $(TASK) --nproc $(NPROC) $(ARGS)
 
 test: setup
+	$(BIN)/pytest -q --durations=20 -m "not long" $(ARGS)
+
+test-long: setup
+	$(BIN)/pytest -q --durations=20 -m long $(ARGS)
+
+test-all: setup
 	$(BIN)/pytest -q --durations=20 $(ARGS)
 
 test-fast: setup
-	$(BIN)/pytest -q -m "not slow" $(ARGS)
+	$(BIN)/pytest -q -m "not slow and not long" $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check src benchmarks tests examples

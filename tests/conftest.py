@@ -1,10 +1,21 @@
-"""Suite-wide fixtures."""
+"""Suite-wide fixtures, and the ``long`` mark for whole directories."""
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+
+LONG_DIRS = [Path(__file__).parent / d for d in ("bench", "cluster")]
+
+
+def pytest_collection_modifyitems(items):
+    """Benchmark smoke runs (tests/bench) and the namespace testbed (tests/cluster) are
+    ``long``: make test-all and CI run them, make test does not."""
+    for item in items:
+        if any(Path(item.fspath).is_relative_to(d) for d in LONG_DIRS):
+            item.add_marker(pytest.mark.long)
 
 
 @pytest.fixture(autouse=True)

@@ -34,6 +34,7 @@ def test_halfcheetah_few_iterations(tmp_path) -> None:
             assert math.isfinite(r[key]), (key, r)
 
 
+@pytest.mark.long
 def test_hopper_defaults_learn_to_hop(tmp_path) -> None:
     # 20 iterations = 41k steps (~12 s): a random policy falls after ~20 steps (return ~15);
     # the defaults reached ~220 by then in every tuning run, and 1442+ within 1M steps

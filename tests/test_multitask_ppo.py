@@ -21,6 +21,7 @@ def _metaworld():
     pytest.importorskip("metaworld", reason="metaworld-mt10-ppo needs the metaworld extra")
 
 
+@pytest.mark.long
 def test_popart_trains_under_learner_actor_and_is_scored_on_held_out_goals(tmp_path):
     run = tmp_path / "run"
     cmd = [str(BIN / "distrl"), "train", "metaworld-mt10-ppo", "--nproc", "2"]

@@ -52,7 +52,9 @@ def test_on_policy_ppo_solves_cartpole_under(tmp_path, strategy):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("strategy", ["allreduce", "ps-bsp", "ps-asp"])
+@pytest.mark.parametrize(
+    "strategy", ["allreduce", "ps-bsp", pytest.param("ps-asp", marks=pytest.mark.long)]
+)
 def test_multitask_rloo_solves_reach10_under(tmp_path, strategy):
     flags = [*STRATEGIES[strategy], "--multitask.early-stop-success", "0.9"]
     flags += ["--multitask.early-stop-patience", "2"]
@@ -62,6 +64,7 @@ def test_multitask_rloo_solves_reach10_under(tmp_path, strategy):
     assert last["iteration"] < 300 and "early stop: suite success >= 0.9" in out
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_multitask_rloo_learns_reach10_under_bounded_staleness(tmp_path):
     # Measured: with --dist.ps.staleness 1 ps-bap stops at 0.9 after ~50 iterations, as
@@ -109,6 +112,7 @@ def test_rloo_fine_tunes_a_clone_under_a_parameter_server(tmp_path, reach10_clon
     assert records[-1]["success/suite"] >= 0.9, [r["success/suite"] for r in records]
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_rloo_with_the_demonstrations_term_fine_tunes_a_clone_under_torchrun(
     tmp_path, reach10_clone

@@ -5,7 +5,6 @@ takes in its workers' statistics the way a collecting rank takes in ``reduce_sta
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
@@ -65,8 +64,7 @@ def worker_row(runner: OnPolicyRunner, steps: int, obs: torch.Tensor, ret: float
 
 @pytest.mark.timeout(60)
 def test_a_server_rank_absorbs_its_workers_statistics_and_records_through_the_builder():
-    cfg = small_config(4, distributed=False)
-    cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, max_iterations=2))
+    cfg = small_config(4, distributed=False, max_iterations=2)
     ctx = context.init(cfg)
     try:
         records: list[dict[str, Any]] = []
@@ -111,8 +109,7 @@ class _Recorder:
 
 @pytest.mark.timeout(60)
 def test_a_rank_without_a_link_collects_and_learns_with_the_same_record_keys():
-    cfg = small_config(4, distributed=False)
-    cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, max_iterations=2))
+    cfg = small_config(4, distributed=False, max_iterations=2)
     ctx = context.init(cfg)
     try:
         records: list[dict[str, Any]] = []

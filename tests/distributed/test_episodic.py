@@ -234,7 +234,8 @@ def test_cli_trains_reach10_on_two_ranks(tmp_path: Path) -> None:
     first = recs[0]
     assert {"task/reach-east/success", "task/reach-west/episodes"} <= set(first)
     assert first["episodes"] == 16
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "metrics.jsonl"]
+    files = sorted(p.name for p in run.iterdir())
+    assert files == [".lock", "checkpoints", "config.yaml", "metrics.jsonl"]  # .lock: RunLock
 
 
 @pytest.mark.parametrize("weight", ["steps", "equal"])

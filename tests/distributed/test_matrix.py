@@ -53,7 +53,8 @@ def test_on_policy_ppo_solves_cartpole_under(tmp_path, strategy):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    "strategy", ["allreduce", "ps-bsp", pytest.param("ps-asp", marks=pytest.mark.long)]
+    "strategy",
+    ["allreduce", *(pytest.param(s, marks=pytest.mark.long) for s in ("ps-bsp", "ps-asp"))],
 )
 def test_multitask_rloo_solves_reach10_under(tmp_path, strategy):
     flags = [*STRATEGIES[strategy], "--multitask.early-stop-success", "0.9"]

@@ -73,6 +73,7 @@ FLAGS += ["--dist.timeout", "5"]  # how soon the dropped rank learns it and leav
 
 
 @pytest.mark.slow
+@pytest.mark.long  # the rules are make test's (above); these two launches are CI's
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(
     ("strategy", "rule", "why"),

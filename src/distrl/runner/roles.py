@@ -85,8 +85,8 @@ def serve(runner: Runner, link: ServerLink) -> dict[str, Any]:
             runner.message(text)
         runner.iteration = event.iteration
         runner.schedule_lr()
-        metrics = runner.summary() | m
         t_iter, wait = m.pop("time/iteration"), m["dist/server_wait"]
+        metrics = runner.summary() | m
         steps, steps_before = runner.env_steps - steps_before, runner.env_steps
         rollout = metrics.get("time/rollout_max")  # the workers' (none for episodic suites)
         record = runner.record(t_iter, metrics, steps, rollout, comm=wait, learn=t_iter - wait)

@@ -1,13 +1,18 @@
 """The VecEnv contract: N environments stepped as one batch of torch tensors on one device.
 
 Shapes (N = ``num_envs``):
-  reset(seed)    -> obs            [N, obs_dim] float32
+  reset(seed)    -> obs            [N, obs_dim] float32 (``obs_dtype``: uint8 for images)
   step(actions)  -> obs            [N, obs_dim] float32
                     reward         [N]          float32
                     terminated     [N]          bool   (MDP ended: do not bootstrap)
                     truncated      [N]          bool   (time limit: bootstrap from final_obs)
                     info           dict with at least "final_obs" [N, obs_dim]
   actions: discrete  -> [N] int64 ;  continuous -> [N, act_dim] float32 (already clipped)
+
+An observation row is always flat: ``obs_dim`` = prod(``obs_shape``) entries in ``obs_shape``'s
+order. Vector envs have ``obs_shape`` (obs_dim,) and float32 rows; image envs give ``obs_shape``
+(C, H, W), channels first, and ``obs_dtype`` uint8: rows stay uint8 in rollout storage and on the
+wire, and the policy's network views them as images and scales them (``policy/encoders.py``).
 
 Done envs (terminated | truncated) reset inside the same ``step``: the returned ``obs`` row is the
 first observation of the next episode, and ``info["final_obs"]`` holds the observation that ended
@@ -53,6 +58,14 @@ class VecEnv(ABC):
     action_space: ActionSpace
     device: torch.device
     max_episode_steps: int | None
+    obs_dtype: torch.dtype = torch.float32
+    """Element type of the observation rows: float32, or uint8 for images (see the module doc)."""
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """One observation's shape, whose flattening is the row (images: (C, H, W)); subclasses
+        with images override it (a class attribute will do)."""
+        return (self.obs_dim,)
     """Steps after which an episode is truncated; ``None``: the env has no time limit of its own
     (a Gymnasium env registered without one). The built-in and episodic envs always have one."""
 

@@ -127,7 +127,7 @@ def grad_buffer_bytes(cfg) -> int:
 
     env = make_env(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=1)), "cpu")
     try:
-        policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy)
+        policy = ActorCritic.for_env(env, cfg.policy)
     finally:
         env.close()
     n = sum(p.numel() for p in policy.parameters() if p.requires_grad)

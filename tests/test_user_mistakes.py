@@ -372,7 +372,8 @@ TABLE: list[tuple[str, list[str], str, dict]] = [
     (
         "unregistered-network",
         ["train", "cartpole", "--policy.network", "transformer"],
-        "--policy.network 'transformer' is not registered in this process (known: mlp)",
+        "--policy.network 'transformer' is not registered in this process "
+        "(known: mlp, nature-cnn, minatar-cnn)",
         {},
     ),
     (

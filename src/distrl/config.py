@@ -43,6 +43,14 @@ class PolicyConfig:
     """Scale rewards by the running std of the discounted return (gamma = --agent.gamma) and
     clip them to [-10, 10], as Gymnasium's NormalizeReward / SB3's VecNormalize do; the value
     head then predicts scaled returns. Moments merged across ranks; logged returns stay raw."""
+    recurrent: Literal["none", "lstm", "gru"] = "none"
+    """A recurrent core between the observations (or the network's encoder) and the heads,
+    shared by actor and critic: its memory carries across rollouts and is zeroed where an
+    episode starts; PPO trains on whole rollouts per env (truncated BPTT over --agent.num-steps,
+    minibatches of envs). LSTM as CleanRL's ppo_atari_lstm and SB3's RecurrentPPO; GRU as
+    Sample Factory's default."""
+    recurrent_hidden: int = 128
+    """Width of the recurrent core's memory (h, and c for an LSTM)."""
     popart_tasks: int = 0
     """PopArt per-task value normalization (0: off): the last popart_tasks entries of every
     observation are a one-hot task id (MT10's envs: 10), the critic gets one output per task,

@@ -202,7 +202,7 @@ def pretrain(a: PretrainArgs, overrides: list[str]) -> Path:
         torch.manual_seed(a.seed)
         env = suite.make_task_env(tasks[0], 1, torch.device("cpu"), 1)
         try:
-            policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy)
+            policy = ActorCritic.for_env(env, cfg.policy)
         finally:
             env.close()
         run_dir = Path(a.run_dir) if a.run_dir else _default_dir(cfg)

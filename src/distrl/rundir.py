@@ -38,7 +38,7 @@ def load(path: str | Path, device: torch.device) -> tuple[TrainConfig, dict[str,
 
 def make_policy(env: VecEnv, cfg: TrainConfig, state: dict[str, Any]) -> ActorCritic:
     """The policy ``cfg`` builds for ``env``'s spaces, with ``state`` loaded, in eval mode."""
-    policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(env.device)
+    policy = ActorCritic.for_env(env, cfg.policy)
     policy.load_state_dict(state)
     return policy.eval()
 

@@ -18,16 +18,25 @@ AGENT = dict(norm_adv=True, lr_schedule="adaptive", num_minibatches=4, num_epoch
 
 @pytest.mark.parametrize(
     "policy",
-    [{}, {"reward_normalization": True}, {"popart_tasks": 2}],
-    ids=["raw-rewards", "scaled-rewards", "popart"],
+    [
+        {},
+        {"reward_normalization": True},
+        {"popart_tasks": 2},
+        {"recurrent": "lstm", "recurrent_hidden": 8},
+    ],
+    ids=["raw-rewards", "scaled-rewards", "popart", "recurrent"],
 )
 def test_two_ranks_match_one_process_on_the_same_data(policy: dict):
     # with reward scaling, "norm" also holds the discounted-return moments merged over ranks;
     # with PopArt the per-task value-target statistics (2 tasks, rewards 1x and 10x), agreed
     # over ranks before the update that rescales the critic's output layer
+    # a recurrent policy over 2 iterations: its KL on these random transitions is large enough
+    # that by the 4th iteration the adaptive LR's threshold is crossed on one side only by a
+    # float-summation-order difference (1e-7), and the runs part (checked: equal up to there)
     agent = dict(AGENT, policy=PolicyConfig(**policy))
-    single = expect_ok(*run_ranks(equivalence, 1, 16, 4, agent, timeout=120)[:2], 1)[0]
-    ranks = expect_ok(*run_ranks(equivalence, 2, 16, 4, agent, timeout=120)[:2], 2)
+    its = 2 if "recurrent" in policy else 4
+    single = expect_ok(*run_ranks(equivalence, 1, 16, its, agent, timeout=120)[:2], 1)[0]
+    ranks = expect_ok(*run_ranks(equivalence, 2, 16, its, agent, timeout=120)[:2], 2)
     # identical replicas, bit for bit
     assert torch.equal(ranks[0]["params"], ranks[1]["params"])
     assert torch.equal(ranks[0]["norm"], ranks[1]["norm"])

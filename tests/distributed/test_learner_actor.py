@@ -18,13 +18,22 @@ LA = dict(strategy="learner-actor")
 
 
 # ---- single process: the message layout ------------------------------------------------------
-def test_rollout_codec_round_trip_into_a_slot():
+@pytest.mark.parametrize("images", [False, True], ids=["vectors", "uint8-images"])
+@pytest.mark.parametrize("memory", [0, 6], ids=["mlp", "recurrent"])
+def test_rollout_codec_round_trip_into_a_slot(images, memory):
     from types import SimpleNamespace
 
-    T, N, D = 3, 2, 4
+    T, N, D = 3, 2, 5
     g = torch.Generator().manual_seed(0)
-    src = SimpleNamespace(
-        obs=torch.randn(T, N, D, generator=g),
+    obs_dtype = torch.uint8 if images else torch.float32
+
+    def observations(*shape):
+        if images:
+            return torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+        return torch.randn(*shape, generator=g)
+
+    buf = SimpleNamespace(
+        obs=observations(T, N, D),
         actions=torch.randint(0, 3, (T, N), generator=g),
         logprobs=torch.randn(T, N, generator=g),
         values=torch.randn(T, N, generator=g),
@@ -32,22 +41,49 @@ def test_rollout_codec_round_trip_into_a_slot():
         terminated=torch.rand(T, N, generator=g) < 0.3,
         truncated=torch.rand(T, N, generator=g) < 0.3,
         final_values=torch.randn(T, N, generator=g),
+        starts=torch.rand(T, N, generator=g) < 0.3,
+        memory=torch.randn(N, 2, memory // 2, generator=g),
     )
-    last, window = torch.randn(N, D, generator=g), torch.full((100, 3), -1.0)
+    window = torch.full((100, 3), -1.0)
     window[-1] = torch.tensor([5.0, 5.0, 7.0])
-    codec = RolloutCodec(T, N, D, 1)
-    ret = torch.tensor([4096.0, 123456.789, 9.87654321e6], dtype=torch.float64)  # exact: bytes
-    payload = codec.encode(src, last, ret, window)
-    assert payload.numel() == codec.numel and payload.dtype == torch.float32
-    dst = SimpleNamespace(
-        **{k: torch.zeros(T, 2 * N, *v.shape[2:], dtype=v.dtype) for k, v in vars(src).items()}
+    src = SimpleNamespace(
+        buffer=buf,
+        obs=observations(N, D),
+        memory=torch.randn(N, 2, memory // 2, generator=g),
+        window=window,
     )
-    obs = torch.zeros(2 * N, D)
-    got, got_ret = codec.decode_into(payload, dst, obs, slot=1)
-    for k, v in vars(src).items():
-        assert torch.equal(getattr(dst, k)[:, N:], v), k
-        assert not getattr(dst, k)[:, :N].any(), k
-    assert torch.equal(obs[N:], last) and torch.equal(got, window)
+    codec = RolloutCodec(T, N, D, 1, 3, obs_dtype, memory)
+    ret = torch.tensor([4096.0, 123456.789, 9.87654321e6], dtype=torch.float64)  # exact: bytes
+    payload = codec.encode(src, ret)
+    assert payload.numel() == codec.numel and payload.dtype == torch.float32
+    if images:  # one byte per pixel on the wire (four to a float32 word)
+        assert codec.fields["obs"][1] == (T * N * D + 3) // 4
+    dst_buf = SimpleNamespace(
+        **{
+            k: torch.zeros(v.shape[0], 2 * N, *v.shape[2:], dtype=v.dtype)
+            if k != "memory"
+            else torch.zeros(2 * N, *v.shape[1:])
+            for k, v in vars(buf).items()
+        }
+    )
+    dst = SimpleNamespace(
+        buffer=dst_buf,
+        obs=torch.zeros(2 * N, D, dtype=obs_dtype),
+        memory=torch.zeros(2 * N, 2, memory // 2),
+    )
+    got, got_ret = codec.decode_into(payload, dst, slot=1)
+    for k, v in vars(buf).items():
+        if k == "memory":
+            if memory:
+                assert torch.equal(dst_buf.memory[N:], v)
+            continue
+        if k == "starts" and not memory:
+            continue
+        assert torch.equal(getattr(dst_buf, k)[:, N:], v), k
+        assert not getattr(dst_buf, k)[:, :N].any(), k
+    assert torch.equal(dst.obs[N:], src.obs) and torch.equal(got, window)
+    if memory:
+        assert torch.equal(dst.memory[N:], src.memory)
     assert got_ret.dtype == torch.float64 and torch.equal(got_ret, ret)
 
 

@@ -120,7 +120,7 @@ def equivalence(
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import make_env
     from distrl.runner.on_policy import OnPolicyRunner
-    from distrl.storage.rollout import minibatch_indices
+    from distrl.storage.rollout import minibatch_indices, sequence_minibatches
 
     ranks_in_layout = 2
     ps = strategy_name != "allreduce"
@@ -140,7 +140,7 @@ def equivalence(
         if world == 1:  # one process forms the global minibatches of two ranks (blocks=2)
             a = cfg.agent
             learner.shuffle = functools.partial(
-                minibatch_indices,
+                sequence_minibatches if runner.policy.recurrent else minibatch_indices,
                 a.num_steps,
                 n_local,
                 a.num_minibatches,
@@ -166,8 +166,21 @@ def equivalence(
             with torch.no_grad():
                 buf.obs.copy_(d["obs"][:, sl])
                 buf.actions.copy_(d["actions"][:, sl])
+                memory = None
+                if runner.policy.recurrent:  # recorded memories, episode starts from the dones
+                    g = torch.Generator().manual_seed(1000 + it)
+                    mem = torch.randn(total_envs, *buf.memory.shape[1:], generator=g)
+                    done = d["terminated"] | d["truncated"]
+                    starts = torch.cat([torch.ones_like(done[:1]), done[:-1]])
+                    buf.memory.copy_(mem[sl])
+                    buf.starts.copy_(starts[:, sl])
+                    runner.collector.memory = (0.5 * mem[sl]).clone()
+                    memory = buf.memory
                 logp, _, values = runner.policy.evaluate(
-                    buf.obs.reshape(-1, env.obs_dim), buf.actions.reshape(-1)
+                    buf.obs.reshape(-1, env.obs_dim),
+                    buf.actions.reshape(-1),
+                    memory,
+                    buf.starts.reshape(-1),
                 )
                 buf.logprobs.copy_(logp.view(T, n_local))
                 buf.values.copy_(values.view(T, n_local))
@@ -180,10 +193,11 @@ def equivalence(
                     runner.collector.disc_returns.copy_(G[:, sl])
                 buf.terminated.copy_(d["terminated"][:, sl])
                 buf.truncated.copy_(d["truncated"][:, sl])
+                final_memory = None if memory is None else memory.repeat(T, 1, 1)
                 buf.final_values.copy_(
-                    runner.policy.value(d["final_obs"][:, sl].reshape(-1, env.obs_dim)).view(
-                        T, n_local
-                    )
+                    runner.policy.value(
+                        d["final_obs"][:, sl].reshape(-1, env.obs_dim), final_memory
+                    ).view(T, n_local)
                 )
                 runner.collector.obs = d["next_obs"][sl].clone()
             m = runner.learn_step()

@@ -76,6 +76,7 @@ def test_value_loss_is_taken_in_each_tasks_normalized_units():
         advantages=torch.zeros(30),
         returns=targets,
         values=values,
+        starts=torch.zeros(30, dtype=torch.bool),
     )
     flat = ppo.gradient(mb)
     v_loss = float(flat[ppo.num_grad + 2])

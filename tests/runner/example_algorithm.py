@@ -28,8 +28,8 @@ class ClippedAdvantageRunner(OnPolicyRunner):
         self.clipped = 0.0
         gae = self.learner.advantages
 
-        def clipped(buf: RolloutBuffer, last_obs: torch.Tensor) -> None:
-            gae(buf, last_obs)
+        def clipped(buf: RolloutBuffer, last_obs: torch.Tensor, memory: torch.Tensor) -> None:
+            gae(buf, last_obs, memory)
             self.clipped = float((buf.advantages.abs() > LIMIT).float().mean())
             buf.advantages.clamp_(-LIMIT, LIMIT)
 

@@ -226,10 +226,11 @@ class PPO:
         return {"adv_mean": mean, "adv_std": math.sqrt(var), "explained_variance": ev}
 
     # ---- one minibatch -------------------------------------------------------------------
-    def gradient(self, mb: Batch) -> torch.Tensor:
-        """Loss and backward for one minibatch; returns ``flat`` = [grads | scalars]."""
+    def gradient(self, mb: Batch, memory: torch.Tensor | None = None) -> torch.Tensor:
+        """Loss and backward for one minibatch; returns ``flat`` = [grads | scalars].
+        ``memory``: a recurrent policy's memory at its sequences' first step."""
         cfg = self.cfg
-        new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
+        new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions, memory, mb.starts)
         old_values, returns = mb.values, mb.returns
         popart = self.policy.popart
         if popart is not None:  # the value loss in each task's normalized units
@@ -311,9 +312,16 @@ class PPO:
         if self.cfg.norm_adv:
             data.advantages = (data.advantages - stats["adv_mean"]) / (stats["adv_std"] + 1e-8)
         dev = self.flat.device
-        out = self.epochs(
-            shuffle, lambda idx: self.gradient(data.index(idx.to(dev, non_blocking=True))), stepper
-        )
+        T = buf.num_steps
+
+        def gradient(idx: torch.Tensor) -> torch.Tensor:
+            idx = idx.to(dev, non_blocking=True)
+            if not self.policy.recurrent:
+                return self.gradient(data.index(idx))
+            # whole sequences, time-major: the first len/T indices are the envs
+            return self.gradient(data.index(idx), buf.memory.index_select(0, idx[: len(idx) // T]))
+
+        out = self.epochs(shuffle, gradient, stepper)
         out["explained_variance"] = stats["explained_variance"]
         return out
 

@@ -16,8 +16,9 @@ timeout.
 
 - actor -> learner: an ``ActorHeader`` (kind, sender, version, iteration, rollout seconds, part,
   parts, length; ``distributed/messages.py``) and its payload, fixed size; the payload is the
-  rollout (obs, actions, log-probs, values, rewards,
-  terminated, truncated, final values, last obs, episode window), or a part of the actor's
+  rollout (``RolloutCodec``: obs, uint8 images as bytes, actions, log-probs, values, rewards,
+  terminated, truncated, final values, recurrent memory and episode starts, last obs, episode
+  window), or a part of the actor's
   checkpoint state, or nothing (DONE);
 - learner -> actor: a ``LearnerHeader`` (kind, version, failed rank), then (WEIGHTS) the chunks
   this learner owns for this actor, each its own message, in chunk order. The weights are the
@@ -61,11 +62,13 @@ from distrl.distributed.transport import (
     framed_parts,
     from_bytes_payload,
     pack64,
+    pack_bytes,
     pair_groups,
     read_checked,
     receiver,
     send,
     unpack64,
+    unpack_bytes,
 )
 from distrl.storage.rollout import WINDOW
 
@@ -76,71 +79,105 @@ ROLLOUT, STATE, DONE = 1, 2, 3
 
 
 class RolloutCodec:
-    """One actor's rollout <-> one flat float32 payload (fixed layout for a T x N buffer)."""
+    """One actor's rollout <-> one flat float32 payload (fixed layout for a T x N buffer).
+
+    Every field travels as float32 values, but uint8 observations (images) travel as their
+    bytes packed four to a word, so a rollout of frames costs what its pixels weigh."""
 
     def __init__(
-        self, num_steps: int, num_envs: int, obs_dim: int, act_numel: int, num_actions: int = 0
+        self,
+        num_steps: int,
+        num_envs: int,
+        obs_dim: int,
+        act_numel: int,
+        num_actions: int = 0,
+        obs_dtype: torch.dtype = torch.float32,
+        memory_numel: int = 0,
     ):
-        """Payload, in order: the buffer's tensors, the last observations, the return moments
-        (``Moments.to_flat``, float64 as 6 float32 words: zeros without reward scaling), the
-        episode window. ``num_actions``: a discrete action space's size (0: continuous)."""
+        """Payload, in order: the buffer's tensors, a recurrent policy's memory (at the
+        rollout's start, and for the last observations) and episode starts, the last
+        observations, the return moments (``Moments.to_flat``, float64 as 6 float32 words:
+        zeros without reward scaling), the episode window. ``num_actions``: a discrete action
+        space's size (0: continuous). ``memory_numel``: one env's memory (0: none)."""
         T, N = num_steps, num_envs
         self.T, self.N, self.obs_dim, self.act_numel = T, N, obs_dim, act_numel
         self.num_actions = num_actions
-        self.sizes = {
-            "obs": T * N * obs_dim,
-            "actions": T * N * act_numel,
-            **dict.fromkeys(
-                ("logprobs", "values", "rewards", "terminated", "truncated", "final_values"),
-                T * N,
-            ),
-            "last_obs": N * obs_dim,
-            "ret": 6,
-            "window": WINDOW * 3,
-        }
-        self.numel = sum(self.sizes.values())
+        self.packed = obs_dtype == torch.uint8
+        # name -> (elements, words on the wire)
+        self.fields: dict[str, tuple[int, int]] = {}
+        for name, n in (("obs", T * N * obs_dim), ("last_obs", N * obs_dim)):
+            self.fields[name] = (n, (n + 3) // 4 if self.packed else n)
+        self.fields["actions"] = (T * N * act_numel,) * 2
+        for name in ("logprobs", "values", "rewards", "terminated", "truncated", "final_values"):
+            self.fields[name] = (T * N,) * 2
+        if memory_numel:
+            self.fields["memory"] = self.fields["last_memory"] = (N * memory_numel,) * 2
+            self.fields["starts"] = (T * N,) * 2
+        self.fields["ret"] = (3, 6)
+        self.fields["window"] = (WINDOW * 3,) * 2
+        self.numel = sum(words for _, words in self.fields.values())
 
-    def encode(
-        self, buf: Any, last_obs: torch.Tensor, ret: torch.Tensor, window: torch.Tensor
-    ) -> torch.Tensor:
-        parts = [getattr(buf, k) for k in list(self.sizes)[:-3]] + [last_obs]
-        flat = [p.detach().reshape(-1).float().cpu() for p in parts]
-        return torch.cat([*flat, pack64(ret.cpu()), window.detach().reshape(-1).float().cpu()])
+    def encode(self, source: Any, ret: torch.Tensor) -> torch.Tensor:
+        """``source``: the actor's ``Collector`` (its buffer, last observations, memory and
+        episode window)."""
+        buf, flat = source.buffer, []
+        for name in self.fields:
+            if name == "ret":
+                flat.append(pack64(ret.cpu()))
+                continue
+            t = {"last_obs": source.obs, "last_memory": source.memory, "window": source.window}
+            part = t[name] if name in t else getattr(buf, name)
+            if self.packed and name in ("obs", "last_obs"):
+                flat.append(pack_bytes(part.cpu()))
+            else:
+                flat.append(part.detach().reshape(-1).float().cpu())
+        return torch.cat(flat)
+
+    def offset(self, name: str) -> int:
+        """Where field ``name`` starts in the payload (in words)."""
+        names = list(self.fields)
+        return sum(self.fields[k][1] for k in names[: names.index(name)])
 
     def problem(self, payload: torch.Tensor) -> str | None:
         """Why a received rollout cannot be trained on (None if it can): a discrete action
         that is not an index of the action space would index out of the policy's logits."""
         if not self.num_actions:
             return None
-        start = self.sizes["obs"]
-        actions = payload[start : start + self.sizes["actions"]]
+        start = self.offset("actions")
+        actions = payload[start : start + self.fields["actions"][1]]
         bad = (actions < 0) | (actions >= self.num_actions) | (actions != actions.round())
         if bool(bad.any()):
             return f"an action {float(actions[bad][0])} outside 0..{self.num_actions - 1}"
         return None
 
     def decode_into(
-        self, payload: torch.Tensor, buf: Any, obs: torch.Tensor, slot: int
+        self, payload: torch.Tensor, rollouts: Any, slot: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the rollout into columns [slot*N, (slot+1)*N) of ``buf`` and rows of ``obs``;
-        returns the actor's episode window [WINDOW, 3] and return moments (float64 [3])."""
+        """Write the rollout into columns [slot*N, (slot+1)*N) of ``rollouts`` (the learner's
+        ``RemoteRollouts``: its buffer, last observations and memory); returns the actor's
+        episode window [WINDOW, 3] and return moments (float64 [3])."""
         cols = slice(slot * self.N, (slot + 1) * self.N)
-        off, ret = 0, torch.zeros(3, dtype=torch.float64)
-        for name, n in self.sizes.items():
-            piece = payload[off : off + n]
-            off += n
+        buf, off = rollouts.buffer, 0
+        ret = window = torch.zeros(0)
+        for name, (n, words) in self.fields.items():
+            piece = payload[off : off + words]
+            off += words
             if name == "window":
-                return piece.view(WINDOW, 3).clone(), ret
-            if name == "last_obs":
-                obs[cols] = piece.view(self.N, self.obs_dim).to(obs.device)
+                window = piece.view(WINDOW, 3).clone()
                 continue
             if name == "ret":
                 ret = unpack64(piece)
                 continue
-            dst = getattr(buf, name)
-            col = dst[:, cols]
-            col.copy_(piece.view(col.shape).to(dst.dtype).to(dst.device))
-        raise AssertionError("unreachable")
+            if self.packed and name in ("obs", "last_obs"):
+                piece = unpack_bytes(piece, n)
+            if name in ("last_obs", "last_memory"):
+                dst = (rollouts.obs if name == "last_obs" else rollouts.memory)[cols]
+            elif name == "memory":
+                dst = buf.memory[cols]
+            else:
+                dst = getattr(buf, name)[:, cols]
+            dst.copy_(piece.view(dst.shape).to(dst.dtype).to(dst.device))
+        return window, ret
 
 
 def merge_windows(windows: list[torch.Tensor]) -> torch.Tensor:
@@ -241,10 +278,11 @@ class LearnerActor(Collectives):
 
     def _codec(self, policy: Any) -> RolloutCodec:
         """``policy``: the runner's ``ActorCritic``."""
-        obs_dim = policy.normalizer.mean.numel()
         act = 1 if policy.discrete else policy.action_space.dim
         n = policy.action_space.n if policy.discrete else 0
-        return RolloutCodec(self.cfg.agent.num_steps, self.cfg.env.num_envs, obs_dim, act, n)
+        memory = policy.initial_memory(1).numel()
+        a, N = self.cfg.agent, self.cfg.env.num_envs
+        return RolloutCodec(a.num_steps, N, policy.obs_dim, act, n, policy.obs_dtype, memory)
 
     # ---- the learners' collectives -------------------------------------------------------------
     # one all-reduce per minibatch among the learners (group = their new_group), as allreduce
@@ -420,7 +458,7 @@ class LearnerActor(Collectives):
     def send_rollout(self, collector: Any, iteration: int, seconds: float) -> None:
         """Actor: this rollout, with the version of the weights that collected it."""
         ret = collector.return_moments() if collector.scales_rewards else torch.zeros(3)
-        payload = self.codec.encode(collector.buffer, collector.obs, ret, collector.window)
+        payload = self.codec.encode(collector, ret)
         self._up(ROLLOUT, payload, iteration=iteration, seconds=seconds)
 
     def send_state(self, iteration: int, state: Any) -> None:
@@ -510,7 +548,7 @@ class LearnerActor(Collectives):
         rollouts.resize(len(live))
         for slot, a in enumerate(live):
             version, seconds, payload = got[a]
-            window, ret = self.codec.decode_into(payload, rollouts.buffer, rollouts.obs, slot)
+            window, ret = self.codec.decode_into(payload, rollouts, slot)
             windows.append(window)
             rets.append(ret)
             times.append(seconds)

@@ -151,6 +151,21 @@ def unpack64(words: torch.Tensor) -> torch.Tensor:
     return words.clone().view(torch.float64)  # a fresh, aligned copy of the words
 
 
+def pack_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A uint8 tensor as float32 words of the same bytes (zero-padded to a multiple of 4):
+    images cross the wire at one byte per pixel."""
+    flat = t.detach().reshape(-1).contiguous()
+    pad = -flat.numel() % 4
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    return flat.view(torch.float32)
+
+
+def unpack_bytes(words: torch.Tensor, n: int) -> torch.Tensor:
+    """The first ``n`` bytes of ``pack_bytes``' words, uint8."""
+    return words.contiguous().view(torch.uint8)[:n]
+
+
 def bytes_payload(obj: Any) -> torch.Tensor:
     """A checkpoint object as float32 words (torch.save bytes, zero-padded, length first)."""
     buf = io.BytesIO()

@@ -7,6 +7,7 @@ error inside the PPO update.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -59,8 +60,16 @@ def check_env(env: VecEnv, steps: int = 64, seed: int = 0) -> None:
     for attr, value in (("num_envs", n), ("obs_dim", obs_dim)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}.{attr} must be a positive int, got {value!r}")
+    shape, odt = tuple(env.obs_shape), env.obs_dtype
+    if odt not in (torch.float32, torch.uint8):
+        raise ValueError(f"{name}.obs_dtype must be torch.float32 or torch.uint8, got {odt}")
+    if math.prod(shape) != obs_dim:
+        raise ValueError(
+            f"{name}.obs_shape {shape} holds {math.prod(shape)} entries but obs_dim is "
+            f"{obs_dim}: the rows are the flattened observations"
+        )
     obs = env.reset(seed=seed)
-    _expect(f"{name}.reset() observations", obs, (n, obs_dim), torch.float32, device)
+    _expect(f"{name}.reset() observations", obs, (n, obs_dim), odt, device)
     gen = torch.Generator().manual_seed(seed)
     for i in range(steps):
         out = env.step(random_actions(space, n, device, gen))
@@ -70,7 +79,7 @@ def check_env(env: VecEnv, steps: int = 64, seed: int = 0) -> None:
             )
         obs, rew, term, trunc, info = out
         at = f"{name}.step() (step {i})"
-        _expect(f"{at} observations", obs, (n, obs_dim), torch.float32, device)
+        _expect(f"{at} observations", obs, (n, obs_dim), odt, device)
         _expect(f"{at} reward", rew, (n,), torch.float32, device)
         _expect(f"{at} terminated", term, (n,), torch.bool, device)
         _expect(f"{at} truncated", trunc, (n,), torch.bool, device)
@@ -79,7 +88,7 @@ def check_env(env: VecEnv, steps: int = 64, seed: int = 0) -> None:
                 f"{at} info must be a dict with 'final_obs' (the observation that ended each "
                 f"episode; equal to obs where no episode ended)"
             )
-        _expect(f"{at} info['final_obs']", info["final_obs"], (n, obs_dim), torch.float32, device)
+        _expect(f"{at} info['final_obs']", info["final_obs"], (n, obs_dim), odt, device)
         running = ~(term | trunc)
         if not torch.equal(info["final_obs"][running], obs[running]):
             raise ValueError(

@@ -66,6 +66,7 @@ class VecEnv(ABC):
         """One observation's shape, whose flattening is the row (images: (C, H, W)); subclasses
         with images override it (a class attribute will do)."""
         return (self.obs_dim,)
+
     """Steps after which an episode is truncated; ``None``: the env has no time limit of its own
     (a Gymnasium env registered without one). The built-in and episodic envs always have one."""
 

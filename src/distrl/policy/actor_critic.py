@@ -1,4 +1,5 @@
-"""Actor-critic MLPs with orthogonal initialization (as in CleanRL / rsl_rl PPO).
+"""The actor-critic policy: MLPs with orthogonal initialization (as in CleanRL / rsl_rl PPO),
+or a network's encoder for images (``policy/encoders.py``), optionally a recurrent core.
 
 Hidden layers use gain sqrt(2), the policy head gain 0.01 (near-uniform initial policy) and the
 value head gain 1. Observations pass through a ``RunningNorm`` that lives inside the module, so
@@ -14,9 +15,10 @@ import torch
 from torch import nn
 
 from distrl.config import PolicyConfig
-from distrl.envs.core import ActionSpace
+from distrl.envs.core import ActionSpace, VecEnv
 from distrl.policy import distributions as D
 from distrl.policy import networks
+from distrl.policy.encoders import Recurrent
 from distrl.policy.normalizer import PopArt, ReturnScale, RunningNorm
 
 
@@ -79,42 +81,60 @@ def mlp(
     return nn.Sequential(*layers)
 
 
-def _check_shapes(
-    name: str, actor: nn.Module, critic: nn.Module, obs_dim: int, action_dim: int, values: int
-) -> None:
-    """A registered network's outputs for a batch of 2 zero observations: [2, action_dim] from
-    the actor, [2, values] from the critic (1, or one per task with PopArt); anything else is
-    refused here, naming the shapes, rather than failing deep inside the loss."""
-    x = torch.zeros(2, obs_dim)
+def _probe(
+    name: str, role: str, module: nn.Module, x: torch.Tensor, want: tuple | None, what: str
+) -> int:
+    """Run a registered network's piece on a batch of 2 zero inputs; refuse a failure or an
+    output that is not ``want`` (or, ``want`` None, not [2, F]) naming the shapes, rather than
+    failing deep inside the loss. Returns the output width."""
     with torch.no_grad():
-        for role, module, want in (
-            ("actor", actor, (2, action_dim)),
-            ("critic", critic, (2, values)),
-        ):
-            try:
-                got = tuple(module(x).shape)
-            except Exception as e:
-                raise ValueError(
-                    f"network {name!r}: its {role} failed on observations of shape "
-                    f"{tuple(x.shape)}: {type(e).__name__}: {e}"
-                ) from e
-            if got != want:
-                raise ValueError(
-                    f"network {name!r}: its {role} maps observations {tuple(x.shape)} to "
-                    f"{got}; it must return {want} (see distrl.policy.networks)"
-                )
+        try:
+            got = tuple(module(x).shape)
+        except Exception as e:
+            raise ValueError(
+                f"network {name!r}: its {role} failed on {what} of shape {tuple(x.shape)} "
+                f"({x.dtype}): {type(e).__name__}: {e}"
+            ) from e
+    if (want is not None and got != want) or (want is None and (len(got) != 2 or got[0] != 2)):
+        raise ValueError(
+            f"network {name!r}: its {role} maps {what} {tuple(x.shape)} to {got}; it must "
+            f"return {want or '[2, features]'} (see distrl.policy.networks)"
+        )
+    return got[-1]
 
 
 class ActorCritic(nn.Module):
+    """The policy: observation rows -> (normalizer | encoder) -> [recurrent core] -> actor and
+    critic heads.
+
+    ``obs_shape``/``obs_dtype``: one observation's shape and the rows' element type (the env's;
+    uint8 images go to the network's encoder as they are and skip the running normalizer). With
+    ``--policy.recurrent`` the methods take the memory ([N, slots, H], ``initial_memory``):
+    ``act`` advances it in place; ``evaluate`` replays whole sequences from their first memory,
+    zeroing it where ``starts`` marks an episode's first step."""
+
     # Buffers of continuous policies, registered in __init__.
     action_low: torch.Tensor
     action_high: torch.Tensor
 
-    def __init__(self, obs_dim: int, action_space: ActionSpace, cfg: PolicyConfig):
+    def __init__(
+        self,
+        obs_dim: int,
+        action_space: ActionSpace,
+        cfg: PolicyConfig,
+        obs_shape: tuple[int, ...] | None = None,
+        obs_dtype: torch.dtype = torch.float32,
+    ):
         super().__init__()
+        self.obs_dim, self.obs_dtype = obs_dim, obs_dtype
+        self.obs_shape = tuple(obs_shape) if obs_shape else (obs_dim,)
+        if math.prod(self.obs_shape) != obs_dim:
+            raise ValueError(f"observation shape {self.obs_shape} does not hold {obs_dim} entries")
         self.action_space = action_space
         self.discrete = action_space.discrete
-        self.normalizer = RunningNorm(obs_dim, enabled=cfg.obs_normalization)
+        self.encoder = networks.build_encoder(cfg, self.obs_shape)
+        normalize = cfg.obs_normalization and self.encoder is None
+        self.normalizer = RunningNorm(obs_dim if self.encoder is None else 0, enabled=normalize)
         # registered only when used, so policies without it keep their state_dict keys
         self.reward_norm = ReturnScale() if cfg.reward_normalization else None
         self.popart = PopArt(cfg.popart_tasks) if cfg.popart_tasks else None
@@ -123,16 +143,69 @@ class ActorCritic(nn.Module):
                 f"--policy.popart-tasks {cfg.popart_tasks} is wider than the observations "
                 f"({obs_dim} entries); set it to the width of their task one-hot (MT10: 10)"
             )
-        self.actor, self.critic = networks.build(cfg, obs_dim, action_space.dim, mlp)
+        features = obs_dim
+        if self.encoder is not None:
+            probe = torch.zeros(2, obs_dim, dtype=obs_dtype)
+            features = _probe(cfg.network, "encoder", self.encoder, probe, None, "observations")
+        self.core = (
+            Recurrent(cfg.recurrent, features, cfg.recurrent_hidden)
+            if cfg.recurrent != "none"
+            else None
+        )
+        if self.core is not None:
+            features = self.core.out_features
+        self.actor, self.critic = networks.build(cfg, features, action_space.dim, mlp)
         if cfg.network != "mlp":
-            values = max(cfg.popart_tasks, 1)
-            _check_shapes(cfg.network, self.actor, self.critic, obs_dim, action_space.dim, values)
+            x = torch.zeros(2, features)
+            what = "observations" if features == obs_dim and self.core is None else "features"
+            _probe(cfg.network, "actor", self.actor, x, (2, action_space.dim), what)
+            _probe(cfg.network, "critic", self.critic, x, (2, max(cfg.popart_tasks, 1)), what)
         if self.popart is not None:
             self.value_head()  # refuses a critic that does not end in a [tasks]-output Linear
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((action_space.dim,), cfg.init_log_std))
             self.register_buffer("action_low", torch.tensor(action_space.low))
             self.register_buffer("action_high", torch.tensor(action_space.high))
+
+    @classmethod
+    def for_env(cls, env: VecEnv, cfg: PolicyConfig) -> ActorCritic:
+        """The policy for ``env``'s observations and actions, on the env's device (an env that
+        does not subclass ``VecEnv`` and sets no ``obs_shape``/``obs_dtype`` has vectors)."""
+        shape, dtype = getattr(env, "obs_shape", None), getattr(env, "obs_dtype", torch.float32)
+        return cls(env.obs_dim, env.action_space, cfg, shape, dtype).to(env.device)
+
+    # ---- memory ----------------------------------------------------------------------------
+    @property
+    def recurrent(self) -> bool:
+        return self.core is not None
+
+    def initial_memory(self, n: int) -> torch.Tensor:
+        """Zero memory for ``n`` envs: [n, slots, H] (empty [n, 0, 0] without a core)."""
+        device = self.normalizer.count.device
+        if self.core is None:
+            return torch.zeros(n, 0, 0, device=device)
+        return self.core.initial(n, device)
+
+    def _inputs(
+        self,
+        obs: torch.Tensor,
+        memory: torch.Tensor | None,
+        starts: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The heads' inputs for raw observation rows, and the memory after them: one step
+        (``starts`` None; ``memory`` [N, ...]) or a time-major sequence of rows [T*n] from its
+        first memory [n, ...] (``starts`` [T*n])."""
+        if self.encoder is not None:
+            x = self.encoder(obs)
+        else:
+            x = self.normalizer(obs if obs.is_floating_point() else obs.float())
+        if self.core is None:
+            return x, None
+        if memory is None:
+            raise ValueError("a recurrent policy needs its memory (policy.initial_memory(n))")
+        if starts is None:
+            return self.core.step(x, memory)
+        return self.core.unroll(x, memory, starts)
 
     def value_head(self) -> nn.Linear:
         """The critic's output layer (PopArt rescales it)."""
@@ -152,17 +225,25 @@ class ActorCritic(nn.Module):
             return self.popart.denormalize(out, obs)
         return out.squeeze(-1)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """V(s) [N] for raw observations [N, obs_dim]."""
-        return self._values(self.critic(self.normalizer(obs)), obs)
+    def value(self, obs: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
+        """V(s) [N] for raw observations [N, obs_dim] (a recurrent policy: one step from
+        ``memory``, which is left as it is)."""
+        x, _ = self._inputs(obs, memory)
+        return self._values(self.critic(x), obs)
 
     def act(
-        self, obs: torch.Tensor, eps: torch.Tensor | None = None
+        self,
+        obs: torch.Tensor,
+        eps: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample (actions, log_prob [N], value [N]) for raw observations. Continuous actions are
         returned unclipped (their log-prob must match); use ``env_action`` before stepping.
-        ``eps`` [N, A]: the standard normal draws of a Gaussian policy (default: fresh ones)."""
-        x = self.normalizer(obs)
+        ``eps`` [N, A]: the standard normal draws of a Gaussian policy (default: fresh ones).
+        ``memory`` (recurrent policies): [N, slots, H], advanced in place by this step."""
+        x, new_memory = self._inputs(obs, memory)
+        if new_memory is not None and memory is not None:
+            memory.copy_(new_memory)
         out = self.actor(x)
         value = self._values(self.critic(x), obs)
         if self.discrete:
@@ -177,15 +258,28 @@ class ActorCritic(nn.Module):
             return actions
         return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
 
-    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.actor(self.normalizer(obs))
+    def act_deterministic(
+        self, obs: torch.Tensor, memory: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The most likely action (discrete) or the mean (continuous, clipped) for raw
+        observations [N, obs_dim]; ``memory`` of a recurrent policy is advanced in place."""
+        x, new_memory = self._inputs(obs, memory)
+        if new_memory is not None and memory is not None:
+            memory.copy_(new_memory)
+        out = self.actor(x)
         return self.env_action(out.argmax(-1) if self.discrete else out)
 
     def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        starts: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log_prob [N], entropy [N], value [N]) of given actions under the current policy."""
-        x = self.normalizer(obs)
+        """(log_prob [N], entropy [N], value [N]) of given actions under the current policy.
+        Recurrent: the rows are time-major sequences [T*n] replayed from ``memory`` [n, ...]
+        with ``starts`` [T*n] (``storage.rollout.sequence_minibatches`` forms them)."""
+        x, _ = self._inputs(obs, memory, starts if self.core is not None else None)
         out = self.actor(x)
         value = self._values(self.critic(x), obs)
         if self.discrete:

@@ -35,11 +35,12 @@ class Collector:
         self.env, self.policy, self.rank, self.gamma = env, policy, rank, gamma
         device = next(policy.parameters()).device
         N = env.num_envs
-        act_shape = () if env.action_space.discrete else (env.action_space.dim,)
-        self.buffer = RolloutBuffer(
-            num_steps, N, env.obs_dim, act_shape, env.action_space.discrete, device
-        )
+        self.buffer = rollout_buffer(env, policy, num_steps, N, device)
         self.obs = env.reset(seed=seed)
+        # a recurrent policy's memory for the current observations (zero where an episode
+        # starts), and which envs start an episode at the next step
+        self.memory = policy.initial_memory(N)
+        self.starts = torch.ones(N, dtype=torch.bool, device=device)
         if self.obs.device != device:
             raise ValueError(
                 f"the env's reset() returned observations on {self.obs.device}, but the policy "
@@ -64,9 +65,12 @@ class Collector:
     def rollout(self, iteration: int) -> None:
         buf, policy, env = self.buffer, self.policy, self.env
         scale, G = policy.reward_norm, self.disc_return
-        obs = self.obs
+        obs, memory, recurrent = self.obs, self.memory, policy.recurrent
+        if recurrent:
+            buf.memory.copy_(memory)
         for t in range(buf.num_steps):
-            actions, logp, value = policy.act(obs)
+            buf.starts[t] = self.starts
+            actions, logp, value = policy.act(obs, memory=memory if recurrent else None)
             try:
                 next_obs, reward, terminated, truncated, info = env.step(policy.env_action(actions))
             except Exception as e:
@@ -85,8 +89,14 @@ class Collector:
             buf.truncated[t] = truncated
             if truncated.any():  # rare; bootstrap from V(final obs), not from the reset state
                 idx = truncated.nonzero().squeeze(-1)
-                buf.final_values[t, idx] = policy.value(info["final_obs"][idx])
+                final_obs = info["final_obs"][idx]
+                buf.final_values[t, idx] = policy.value(
+                    final_obs, memory[idx] if recurrent else None
+                )
             done = terminated | truncated
+            self.starts = done
+            if recurrent:
+                memory.masked_fill_(done.view(-1, 1, 1), 0.0)
             self.ep_return += reward
             self.ep_length += 1
             self.done_return[t] = self.ep_return
@@ -111,7 +121,9 @@ class Collector:
     def check_finite(self, iteration: int) -> None:
         """NaN/Inf from the env stops training here, before the update sees it."""
         buf = self.buffer
-        fields = {"observation": buf.obs, "reward": buf.rewards}
+        fields = {"reward": buf.rewards}
+        if buf.obs.is_floating_point():  # bytes (images) are always finite
+            fields = {"observation": buf.obs, **fields}
         for name, x in fields.items():
             bad = ~torch.isfinite(x)
             if bad.any():
@@ -125,7 +137,7 @@ class Collector:
                     f"rank {self.rank}: env {n} returned a non-finite {name} at step {step} "
                     f"(iteration {iteration}, rollout step {t}); the update was not run"
                 )
-        if not torch.isfinite(self.obs).all():
+        if self.obs.is_floating_point() and not torch.isfinite(self.obs).all():
             n = int((~torch.isfinite(self.obs)).reshape(self.obs.shape[0], -1).any(-1).nonzero()[0])
             step = (iteration + 1) * buf.num_steps - 1
             raise NonFiniteEnvError(
@@ -167,6 +179,8 @@ class Collector:
             "ep_length": self.ep_length.cpu(),
             "window": self.window.cpu(),
             "disc_return": self.disc_return.cpu(),
+            "memory": self.memory.cpu(),
+            "starts": self.starts.cpu(),
         }
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
@@ -179,6 +193,15 @@ class Collector:
         self.window = s["window"].to(device)
         if "disc_return" in s:  # absent in checkpoints written before reward scaling existed
             self.disc_return = s["disc_return"].to(device)
+        if "memory" in s:  # absent in checkpoints written before recurrent policies
+            if s["memory"].shape != self.memory.shape:
+                raise ValueError(
+                    f"the checkpoint's recurrent memory has shape {tuple(s['memory'].shape)}, "
+                    f"this policy's {tuple(self.memory.shape)}: resume with the saved run's "
+                    f"--policy.recurrent, --policy.recurrent-hidden and --env.num-envs"
+                )
+            self.memory = s["memory"].to(device)
+            self.starts = s["starts"].to(device)
 
 
 class RolloutSource(Protocol):
@@ -188,6 +211,8 @@ class RolloutSource(Protocol):
     buffer: RolloutBuffer
     obs: torch.Tensor
     """[N, obs_dim]: the observations after the rollout's last step (GAE bootstraps there)."""
+    memory: torch.Tensor
+    """[N, slots, H]: a recurrent policy's memory for ``obs`` ([N, 0, 0] without one)."""
     last_rollout_time: float
 
     def obs_moments(self) -> torch.Tensor: ...
@@ -202,8 +227,10 @@ class RemoteRollouts:
     rollouts its ``slots`` actors sent, side by side in one [T, slots x N] buffer, their last
     observations and their merged episode window. ``learn_step`` reads it as a collector."""
 
-    def __init__(self, env: VecEnv, num_steps: int, slots: int, device: torch.device):
-        self.env, self.num_steps, self.device = env, num_steps, device
+    def __init__(
+        self, env: VecEnv, policy: ActorCritic, num_steps: int, slots: int, device: torch.device
+    ):
+        self.env, self.policy, self.num_steps, self.device = env, policy, num_steps, device
         self.slots = 0
         self.resize(slots)
         self.window = torch.full((WINDOW, 3), -1.0, device=device)
@@ -216,11 +243,9 @@ class RemoteRollouts:
         if slots == self.slots:
             return
         env, N = self.env, self.env.num_envs * slots
-        act_shape = () if env.action_space.discrete else (env.action_space.dim,)
-        self.buffer = RolloutBuffer(
-            self.num_steps, N, env.obs_dim, act_shape, env.action_space.discrete, self.device
-        )
-        self.obs = torch.zeros(N, env.obs_dim, device=self.device)
+        self.buffer = rollout_buffer(env, self.policy, self.num_steps, N, self.device)
+        self.obs = torch.zeros(N, env.obs_dim, dtype=self.policy.obs_dtype, device=self.device)
+        self.memory = self.policy.initial_memory(N)
         self.slots = slots
 
     def obs_moments(self) -> torch.Tensor:
@@ -231,6 +256,26 @@ class RemoteRollouts:
 
     def episode_window(self, iteration: int) -> torch.Tensor:
         return self.window
+
+
+def rollout_buffer(
+    env: VecEnv, policy: ActorCritic, num_steps: int, num_envs: int, device: torch.device
+) -> RolloutBuffer:
+    """A [num_steps, num_envs] buffer for ``env``'s observations and actions and ``policy``'s
+    memory."""
+    space = env.action_space
+    act_shape = () if space.discrete else (space.dim,)
+    memory = tuple(policy.initial_memory(1).shape[1:])
+    return RolloutBuffer(
+        num_steps,
+        num_envs,
+        env.obs_dim,
+        act_shape,
+        space.discrete,
+        device,
+        policy.obs_dtype,
+        memory,
+    )
 
 
 def obs_moments(buffer: RolloutBuffer) -> torch.Tensor:

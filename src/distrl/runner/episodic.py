@@ -75,7 +75,7 @@ class EpisodicRunner(Runner):
         env = self.envs[shard[0]] if shard else suite.make_task_env(self.task_names[0], 1, dev, 1)
         states = {t: e.num_init_states for t, e in self.envs.items()}
         self.schedule = TaskSchedule(shard, states) if shard else None  # None: the server
-        self.policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(dev)
+        self.policy = ActorCritic.for_env(env, cfg.policy)
         if self.policy.discrete and self.mt.noise_beta > 0:
             raise ValueError(
                 f"--multitask.noise-beta {self.mt.noise_beta} colours a Gaussian policy's noise; "

@@ -12,7 +12,7 @@ from distrl.algorithms.ppo import PPO, GradientStep
 from distrl.config import AgentConfig
 from distrl.policy import ActorCritic
 from distrl.storage.advantages import gae, vtrace
-from distrl.storage.rollout import RolloutBuffer, minibatch_indices
+from distrl.storage.rollout import RolloutBuffer, minibatch_indices, sequence_minibatches
 
 
 class Learner:
@@ -37,15 +37,20 @@ class Learner:
     def shuffle(self) -> list[torch.Tensor]:
         """One epoch's minibatch indices into the flat [T*N] rollout."""
         a = self.cfg
-        return minibatch_indices(a.num_steps, self.num_envs, a.num_minibatches, self.shuffle_gen)
+        sample = sequence_minibatches if self.policy.recurrent else minibatch_indices
+        return sample(a.num_steps, self.num_envs, a.num_minibatches, self.shuffle_gen)
 
     @torch.no_grad()
-    def advantages(self, buf: RolloutBuffer, last_obs: torch.Tensor) -> None:
+    def advantages(
+        self, buf: RolloutBuffer, last_obs: torch.Tensor, last_memory: torch.Tensor
+    ) -> None:
         """GAE(gamma, lambda) into ``buf.advantages`` and ``buf.returns``; with ``off_policy``
-        V-trace (``vtrace``) under the current policy and critic instead."""
+        V-trace (``vtrace``) under the current policy and critic instead. ``last_memory``: a
+        recurrent policy's memory for ``last_obs`` (the bootstrap value's)."""
         a = self.cfg
+        memory = last_memory if self.policy.recurrent else None
         if self.off_policy:
-            self._vtrace(buf, last_obs)
+            self._vtrace(buf, last_obs, memory)
             return
         buf.advantages, buf.returns = gae(
             buf.rewards,
@@ -53,20 +58,25 @@ class Learner:
             buf.terminated,
             buf.truncated,
             buf.final_values,
-            self.policy.value(last_obs),
+            self.policy.value(last_obs, memory),
             a.gamma,
             a.gae_lambda,
         )
 
-    def _vtrace(self, buf: RolloutBuffer, last_obs: torch.Tensor) -> None:
+    def _vtrace(
+        self, buf: RolloutBuffer, last_obs: torch.Tensor, memory: torch.Tensor | None
+    ) -> None:
         """V-trace targets and advantages for a rollout an actor collected with older weights:
         the current policy's log-probs and the current critic's values over the whole batch.
         ``buf.values`` become the current critic's (the value clip then centres on them); the
         truncated steps' V(final_obs) stay the actor's (final observations are not shipped)."""
         a = self.cfg
         T, N = buf.rewards.shape
-        logp, _, values = self.policy.evaluate(
-            buf.obs.reshape(T * N, -1), buf.actions.reshape(T * N, *buf.actions.shape[2:])
+        logp, _, values = self.policy.evaluate(  # time-major rows: the sequences of every env
+            buf.obs.reshape(T * N, -1),
+            buf.actions.reshape(T * N, *buf.actions.shape[2:]),
+            buf.memory if memory is not None else None,
+            buf.starts.reshape(T * N),
         )
         buf.values = values.reshape(T, N)
         buf.advantages, buf.returns = vtrace(
@@ -75,7 +85,7 @@ class Learner:
             buf.terminated,
             buf.truncated,
             buf.final_values,
-            self.policy.value(last_obs),
+            self.policy.value(last_obs, memory),
             logp.reshape(T, N) - buf.logprobs,
             a.gamma,
             a.gae_lambda,

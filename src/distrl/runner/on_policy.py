@@ -51,7 +51,7 @@ class OnPolicyRunner(Runner):
     ):
         super().__init__(cfg, strategy, telemetry, run_dir, hooks)
         self.env = env
-        self.policy = ActorCritic(env.obs_dim, env.action_space, cfg.policy).to(env.device)
+        self.policy = ActorCritic.for_env(env, cfg.policy)
         roles = strategy.roles
         slots = roles.remote_rollouts or 1
         d = cfg.dist  # async actors' rollouts may come from older weights: V-trace
@@ -68,7 +68,7 @@ class OnPolicyRunner(Runner):
                 env, self.policy, cfg.agent.num_steps, strategy.rank, self.seed, cfg.agent.gamma
             )
         elif roles.learner:
-            self.remote = RemoteRollouts(env, cfg.agent.num_steps, slots, env.device)
+            self.remote = RemoteRollouts(env, self.policy, cfg.agent.num_steps, slots, env.device)
         self._env_steps = 0  # every collector's, from the agreed statistics (absorb)
         # what absorb keeps for summary: each collector's rollout time and episode window (by
         # rank), and the batch's explained variance
@@ -117,8 +117,9 @@ class OnPolicyRunner(Runner):
 
     @property
     def stats_layout(self) -> StatsLayout:
-        obs = 1 + 2 * self.env.obs_dim  # Moments.to_flat: count, sum, sum of squares
-        sums = {"batch": (7,), "env_steps": (1,), "obs": (obs,)}
+        sums: dict[str, tuple[int, ...]] = {"batch": (7,), "env_steps": (1,)}
+        if self.policy.normalizer.enabled:  # Moments.to_flat: count, sum, sum of squares
+            sums["obs"] = (1 + 2 * self.env.obs_dim,)
         if self.policy.reward_norm is not None:
             sums["ret"] = (3,)
         if self.policy.popart is not None:
@@ -134,13 +135,15 @@ class OnPolicyRunner(Runner):
         c = self.rollouts
         buf = c.buffer
         self.learner.num_envs = buf.num_envs  # a learner's live actors' rollouts side by side
-        self.learner.advantages(buf, c.obs)
+        self.learner.advantages(buf, c.obs, c.memory)
         popart = self.policy.popart
         if popart is not None:  # each task's advantages in its own units (previous statistics)
             buf.advantages = popart.scale_advantages(buf.advantages, buf.obs)
         rollout_time = torch.tensor([c.last_rollout_time], dtype=torch.float64)
         steps = torch.tensor([buf.num_steps * buf.num_envs], dtype=torch.float64)
-        sums = {"batch": PPO.batch_sums(buf), "env_steps": steps, "obs": c.obs_moments()}
+        sums = {"batch": PPO.batch_sums(buf), "env_steps": steps}
+        if self.policy.normalizer.enabled:
+            sums["obs"] = c.obs_moments()
         if self.policy.reward_norm is not None:  # (learner-actor: the actors' moments, summed)
             sums["ret"] = c.return_moments()
         if popart is not None:  # the value targets' moments per task

@@ -22,6 +22,8 @@ class Batch:
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    starts: torch.Tensor
+    """[B] bool: an episode starts at this row (the recurrent memory is zeroed before it)."""
 
     def __len__(self) -> int:
         return self.obs.shape[0]
@@ -33,11 +35,14 @@ class Batch:
         return Batch(*(getattr(self, f).index_select(0, idx) for f in _FIELDS))
 
 
-_FIELDS = ("obs", "actions", "logprobs", "values", "advantages", "returns")
+_FIELDS = ("obs", "actions", "logprobs", "values", "advantages", "returns", "starts")
 
 
 class RolloutBuffer:
-    """Holds T steps of N envs. Raw observations are stored; the policy normalizes internally."""
+    """Holds T steps of N envs. Raw observations are stored (uint8 images stay uint8); the
+    policy normalizes internally. For a recurrent policy it also holds each env's memory before
+    the rollout's first step (``memory`` [N, slots, H]; [N, 0, 0] without one) and where
+    episodes start (``starts`` [T, N]): enough to replay every env's sequence in the update."""
 
     def __init__(
         self,
@@ -47,11 +52,15 @@ class RolloutBuffer:
         action_shape: tuple[int, ...],
         discrete: bool,
         device: torch.device,
+        obs_dtype: torch.dtype = torch.float32,
+        memory_shape: tuple[int, ...] = (0, 0),
     ):
         T, N = num_steps, num_envs
         z: dict[str, Any] = dict(device=device)
         self.num_steps, self.num_envs = T, N
-        self.obs = torch.zeros(T, N, obs_dim, **z)
+        self.obs = torch.zeros(T, N, obs_dim, dtype=obs_dtype, **z)
+        self.memory = torch.zeros(N, *memory_shape, **z)
+        self.starts = torch.zeros(T, N, dtype=torch.bool, **z)
         self.actions = torch.zeros(
             T, N, *action_shape, dtype=torch.long if discrete else torch.float32, **z
         )
@@ -73,6 +82,7 @@ class RolloutBuffer:
             self.values.view(B),
             self.advantages.view(B),
             self.returns.view(B),
+            self.starts.view(B),
         )
 
 
@@ -104,5 +114,37 @@ def minibatch_indices(
     offsets = torch.arange(blocks, device=perm.device).unsqueeze(1) * nb
     return [
         (perm[j * mb : (j + 1) * mb].unsqueeze(0) + offsets).reshape(-1)
+        for j in range(num_minibatches)
+    ]
+
+
+def sequence_minibatches(
+    num_steps: int,
+    num_envs: int,
+    num_minibatches: int,
+    generator: torch.Generator,
+    blocks: int = 1,
+) -> list[torch.Tensor]:
+    """Minibatches of whole env sequences for a recurrent policy: the envs are shuffled and
+    split into ``num_minibatches`` groups; a minibatch holds every step of its envs, as flat
+    indices t*N + n in time-major order ([T, n] flattened), so its first n entries are the envs
+    themselves (the rows of ``RolloutBuffer.memory`` to start from). ``blocks``: as in
+    ``minibatch_indices``, each of W equal groups of envs is shuffled with the same
+    permutation, so W ranks of N envs form together the minibatches of one process of W*N."""
+    if num_envs % blocks:
+        raise ValueError(f"{num_envs} envs do not split into {blocks} equal blocks")
+    nb = num_envs // blocks
+    if nb % num_minibatches:
+        raise ValueError(
+            f"a recurrent policy trains on minibatches of whole env sequences: the {nb} envs "
+            f"per rank do not split into --agent.num-minibatches {num_minibatches}; make the "
+            f"envs per rank a multiple of it"
+        )
+    perm = torch.randperm(nb, generator=generator, device=generator.device)
+    mb = nb // num_minibatches
+    offsets = torch.arange(blocks, device=perm.device).unsqueeze(1) * nb
+    steps = torch.arange(num_steps, device=perm.device).unsqueeze(1) * num_envs
+    return [
+        (steps + (perm[j * mb : (j + 1) * mb].unsqueeze(0) + offsets).reshape(1, -1)).reshape(-1)
         for j in range(num_minibatches)
     ]

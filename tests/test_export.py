@@ -162,3 +162,34 @@ def test_cli_export_and_its_mistakes(cartpole_run, tmp_path, capsys, monkeypatch
     )
     code, _, stderr = run_main(["export", str(run_dir), "--format", "onnx"], capsys)
     assert code == 2 and "pip install -e '.[export]'" in stderr
+
+
+@pytest.mark.parametrize(
+    "fmt", [pytest.param("onnx", marks=needs_onnx), pytest.param("torchscript")]
+)
+def test_a_recurrent_policy_exports_with_its_memory_in_and_out(tmp_path, fmt):
+    """The file takes (obs, memory) and returns (action, memory_out); fed its own memory back
+    over an episode-long sequence it takes the checkpoint's actions, step for step."""
+    policy = api_train("cartpole-novel", tmp_path).policy
+    result = distrl.export(tmp_path, fmt)
+    assert result.metadata["memory"]["shape"] == ["batch", 2, 64]
+    n, g = 16, torch.Generator().manual_seed(0)
+    ours_memory = policy.initial_memory(n)
+    theirs_memory = torch.zeros(n, 2, 64)
+    for step in range(50):
+        obs = 0.1 * torch.randn(n, 2, generator=g)
+        if fmt == "onnx":
+            import onnxruntime
+
+            session = onnxruntime.InferenceSession(
+                str(result.path), providers=["CPUExecutionProvider"]
+            )
+            out = session.run(None, {"obs": obs.numpy(), "memory": theirs_memory.numpy()})
+            action, theirs_memory = (torch.from_numpy(a) for a in out)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                action, theirs_memory = torch.jit.load(str(result.path))(obs, theirs_memory)
+        with torch.no_grad():
+            assert torch.equal(action, policy.act_deterministic(obs, ours_memory)), step
+        torch.testing.assert_close(theirs_memory, ours_memory, atol=1e-5, rtol=1e-5)

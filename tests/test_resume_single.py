@@ -180,3 +180,23 @@ def test_a_shuffle_state_from_another_device_restarts_from_the_seed_with_a_warni
     other = torch.Generator().manual_seed(4).get_state()
     restore_generator(g, other, "minibatch shuffle")  # same kind: restored, no warning
     assert torch.equal(g.get_state(), other)
+
+
+def test_resume_of_a_recurrent_policy_equals_uninterrupted_run(tmp_path):
+    """The LSTM's memory of every env (and which envs start an episode next) comes back from
+    the checkpoint: episodes span the save, so without it the resumed rollouts differ."""
+
+    def run(run_dir: Path, iterations: int, *extra: str) -> None:
+        flags = [*SMALL, "--agent.save-interval", "3", "--agent.num-minibatches", "2"]
+        flags += ["--agent.max-iterations", str(iterations), "--run-dir", str(run_dir)]
+        run_training(parse_train_args(["cartpole-novel", *flags, *extra]))
+
+    run(tmp_path / "full", 6)
+    run(tmp_path / "run", 3)
+    run(tmp_path / "run", 6, "--resume", "auto")
+    full, resumed = final_state(tmp_path / "full", 6), final_state(tmp_path / "run", 6)
+    assert "core.cell.weight_hh" in full["policy"]
+    assert full["ranks"][0]["memory"].abs().sum() > 0
+    assert_same(resumed["policy"], full["policy"], "policy")
+    assert_same(resumed["ppo"], full["ppo"], "ppo")
+    assert_same(resumed["ranks"][0]["memory"], full["ranks"][0]["memory"], "memory")

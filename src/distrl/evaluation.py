@@ -82,13 +82,14 @@ def evaluate(
     returns = torch.zeros(k, n, dtype=torch.float64, device=device)
     lengths = torch.zeros(k, n, dtype=torch.int64, device=device)
     rows = torch.arange(n, device=device)
+    memory = policy.initial_memory(n) if policy.recurrent else None
     with torch.no_grad():
         for _ in range(limit):
             if bool((done_count >= k).all()):
                 break
             if before_step is not None:
                 before_step()
-            obs, rew, term, trunc, _ = env.step(policy.act_deterministic(obs))
+            obs, rew, term, trunc, _ = env.step(policy.act_deterministic(obs, memory))
             ep_ret += rew.to(torch.float64)
             ep_len += 1
             finished = (term | trunc) & (done_count < k)
@@ -98,6 +99,8 @@ def evaluate(
                 lengths[done_count[idx], idx] = ep_len[idx]
                 done_count[idx] += 1
             ended = term | trunc
+            if memory is not None:
+                memory.masked_fill_(ended.view(-1, 1, 1), 0.0)
             ep_ret[ended] = 0.0
             ep_len[ended] = 0
         else:

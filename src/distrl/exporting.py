@@ -1,16 +1,19 @@
 """`distrl export RUN --format onnx|torchscript`: the deterministic actor of a checkpoint as a
 file a robot, a game engine or a C++ program runs without distrl, as rsl_rl and Isaac Lab export.
 
-What the file computes, for raw observations ``obs`` [batch, obs_dim] float32 (any batch size):
+What the file computes, for raw observations ``obs`` [batch, obs_dim] float32 (any batch size;
+uint8 rows in (C, H, W) order for image policies, whose encoder scales them):
 
     action = act_deterministic(obs)
            = argmax(actor(normalize(obs)))                  discrete: [batch] int64
            = clip(actor(normalize(obs)), low, high)         continuous: [batch, act_dim] float32
 
 with the observation normalizer's statistics of that checkpoint baked in (frozen), so it is the
-action ``distrl play`` takes. The critic is left out. Metadata (task, distrl version, spaces,
-checkpoint, iteration) goes into the file itself (ONNX ``metadata_props``, each value JSON;
-TorchScript extra file ``distrl.json``) and into a ``.json`` beside it.
+action ``distrl play`` takes. A recurrent policy's file takes its memory too and returns the
+next: ``(obs, memory [batch, slots, H]) -> (action, memory_out)``; start from zeros and zero a
+row where its episode ends, as training did. The critic is left out. Metadata (task, distrl
+version, spaces, checkpoint, iteration) goes into the file itself (ONNX ``metadata_props``,
+each value JSON; TorchScript extra file ``distrl.json``) and into a ``.json`` beside it.
 
 Every export is checked before it is reported done: the file is loaded back (onnxruntime for
 ONNX when installed, ``torch.jit.load`` for TorchScript) and its actions on a batch of
@@ -102,8 +105,11 @@ class DeterministicActor(nn.Module):
         _unfuse(self.policy.actor)
         self.policy.requires_grad_(False)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.policy.act_deterministic(obs)
+    def forward(
+        self, obs: torch.Tensor, memory: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        action, _, new_memory = self.policy.deterministic(obs, memory)
+        return action if new_memory is None else (action, new_memory)
 
 
 def _unfuse(module: nn.Module) -> None:
@@ -120,7 +126,7 @@ def metadata(policy: ActorCritic, cfg: Any, manifest: dict, checkpoint: Path, fm
     from distrl import __version__
 
     space = policy.action_space
-    obs_dim = int(policy.normalizer.mean.numel())
+    obs_dim = policy.obs_dim
     if space.discrete:
         action = {"type": "discrete", "n": space.n, "shape": ["batch"], "dtype": "int64"}
     else:
@@ -140,8 +146,22 @@ def metadata(policy: ActorCritic, cfg: Any, manifest: dict, checkpoint: Path, fm
         "iteration": manifest.get("iteration"),
         "env_steps": manifest.get("env_steps"),
         "network": cfg.policy.network,
-        "input": {"name": "obs", "shape": ["batch", obs_dim], "dtype": "float32"},
+        "input": {
+            "name": "obs",
+            "shape": ["batch", obs_dim],
+            "dtype": str(policy.obs_dtype).removeprefix("torch."),
+        },
+        "observation_shape": list(policy.obs_shape),
         "output": {"name": "action", **action},
+        "memory": None
+        if not policy.recurrent
+        else {
+            "input": "memory",
+            "output": "memory_out",
+            "shape": ["batch", *policy.initial_memory(1).shape[1:]],
+            "dtype": "float32",
+            "reset": "zeros at an episode's first step",
+        },
         "observation_normalization": "baked in" if policy.normalizer.enabled else "none",
         "computes": "argmax of the actor's logits"
         if space.discrete
@@ -188,7 +208,7 @@ def export_policy(
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = metadata(policy, cfg, manifest, checkpoint, format)
     actor = DeterministicActor(policy)
-    example = _observations(policy, 2, seed=0)
+    example = _inputs(policy, 2, seed=0)
     # A name of this writer's own (pid and random digits): two exports never share one
     tmp = out.with_name(f".tmp-{out.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
@@ -209,29 +229,45 @@ def export_policy(
 
 def _observations(policy: ActorCritic, n: int, seed: int) -> torch.Tensor:
     """Observations around what the policy saw in training: the normalizer's mean ± 3 std
-    (standard normal where it is off), and a few far outside (where the normalizer clips)."""
+    (standard normal where it is off), and a few far outside (where the normalizer clips);
+    random bytes for image policies."""
     g = torch.Generator().manual_seed(seed)
+    if policy.obs_dtype == torch.uint8:
+        return torch.randint(0, 256, (n, policy.obs_dim), generator=g, dtype=torch.uint8)
     norm = policy.normalizer
-    z = torch.randn(n, norm.mean.numel(), generator=g)
+    z = torch.randn(n, policy.obs_dim, generator=g)
     z[: max(1, n // 16)] *= 20.0
     if not norm.enabled:
         return z
     return (norm.mean.cpu() + z / norm.inv_std.cpu()).to(torch.float32)
 
 
-def _write_onnx(actor: DeterministicActor, example: torch.Tensor, path: Path, meta: dict) -> None:
+def _inputs(policy: ActorCritic, n: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """The exported file's inputs for ``n`` rows: observations, and a recurrent policy's memory
+    (small random values, as after a few steps)."""
+    obs = _observations(policy, n, seed)
+    if not policy.recurrent:
+        return (obs,)
+    g = torch.Generator().manual_seed(seed + 1)
+    return obs, 0.5 * torch.randn(policy.initial_memory(n).shape, generator=g)
+
+
+def _write_onnx(
+    actor: DeterministicActor, example: tuple[torch.Tensor, ...], path: Path, meta: dict
+) -> None:
     import onnx
 
+    inputs, outputs = ["obs", "memory"][: len(example)], ["action", "memory_out"][: len(example)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation notes
         torch.onnx.export(
             actor,
-            (example,),
+            example,
             str(path),
             dynamo=False,
-            input_names=["obs"],
-            output_names=["action"],
-            dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_axes={name: {0: "batch"} for name in inputs + outputs},
         )
     model = onnx.load(str(path))
     for key, value in meta.items():
@@ -242,7 +278,7 @@ def _write_onnx(actor: DeterministicActor, example: torch.Tensor, path: Path, me
 
 
 def _write_torchscript(
-    actor: DeterministicActor, example: torch.Tensor, path: Path, meta: dict
+    actor: DeterministicActor, example: tuple[torch.Tensor, ...], path: Path, meta: dict
 ) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit is deprecated as of torch 2.13: docs/export.md
@@ -250,63 +286,92 @@ def _write_torchscript(
         torch.jit.save(traced, str(path), _extra_files={"distrl.json": json.dumps(meta)})
 
 
-def _run_exported(path: Path, fmt: str, obs: torch.Tensor) -> tuple[torch.Tensor, str] | None:
+def _run_exported(
+    path: Path, fmt: str, inputs: tuple[torch.Tensor, ...]
+) -> tuple[tuple[torch.Tensor, ...], str] | None:
+    """The exported file's outputs (action, and memory_out for a recurrent policy)."""
     if fmt == "torchscript":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # see docs/export.md
             module = torch.jit.load(str(path))
         with torch.no_grad():
-            return module(obs), "torch.jit"
+            out = module(*inputs)
+        return (out if isinstance(out, tuple) else (out,)), "torch.jit"
     if importlib.util.find_spec("onnxruntime") is None:
         return None
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (actions,) = session.run(None, {"obs": obs.numpy()})
-    return torch.from_numpy(actions), "onnxruntime"
+    feed = dict(zip(("obs", "memory"), (t.numpy() for t in inputs), strict=False))
+    return tuple(torch.from_numpy(a) for a in session.run(None, feed)), "onnxruntime"
 
 
 def _parity(policy: ActorCritic, path: Path, fmt: str) -> tuple[float | None, str]:
-    """Largest |difference| between the exported file's actions and the checkpoint's, over a
-    batch of ``PARITY_BATCH`` observations and a batch of one; raises ExportError past the
+    """Largest |difference| between the exported file's actions (and memory) and the
+    checkpoint's, over a batch of ``PARITY_BATCH`` observations and a batch of one; a recurrent
+    policy's over 4 steps, each file's memory fed back to it; raises ExportError past the
     tolerance (see the module docstring)."""
     worst = 0.0
     tool = ""
     for n in (PARITY_BATCH, 1):
-        obs = _observations(policy, n, seed=n)
-        ran = _run_exported(path, fmt, obs)
-        if ran is None:
-            return None, "not checked: onnxruntime is not installed (pip install onnxruntime)"
-        theirs, tool = ran
-        with torch.no_grad():
-            ours = policy.act_deterministic(obs)
-            if theirs.shape != ours.shape or theirs.dtype != ours.dtype:
-                raise ParityError(
-                    f"export check: {tool} returned {theirs.dtype} {tuple(theirs.shape)}, the "
-                    f"checkpoint policy {ours.dtype} {tuple(ours.shape)}"
-                )
-            if policy.discrete:
-                logits = policy.actor(policy.normalizer(obs))
-                top2 = logits.topk(2, dim=-1).values if logits.shape[-1] > 1 else None
-                tie = (top2[:, 0] - top2[:, 1] < TOLERANCE) if top2 is not None else None
-                wrong = theirs != ours
-                if tie is not None:
-                    wrong &= ~tie
-                bad = int(wrong.sum())
-                if bad:
-                    raise ParityError(
-                        f"export check: {tool} chose another action than the checkpoint for "
-                        f"{bad} of {n} observations"
-                    )
-            else:
-                diff = float((theirs - ours).abs().max())
+        inputs = _inputs(policy, n, seed=n)
+        memory = inputs[1] if policy.recurrent else None
+        for step in range(4 if policy.recurrent else 1):
+            obs = inputs[0] if step == 0 else _observations(policy, n, seed=n + 100 * step)
+            ran = _run_exported(path, fmt, (obs,) if memory is None else (obs, memory))
+            if ran is None:
+                return None, "not checked: onnxruntime is not installed (pip install onnxruntime)"
+            outputs, tool = ran
+            with torch.no_grad():
+                ours, logits, ours_memory = policy.deterministic(obs, memory)
+            worst = max(worst, _compare(policy, outputs[0], ours, logits, tool, n))
+            if memory is not None and ours_memory is not None:
+                diff = float((outputs[1] - ours_memory).abs().max())
                 worst = max(worst, diff)
                 if diff > TOLERANCE:
                     raise ParityError(
-                        f"export check: {tool}'s actions differ from the checkpoint's by up to "
-                        f"{diff:.3g} (tolerance {TOLERANCE:g})"
+                        f"export check: {tool}'s memory differs from the checkpoint's by up to "
+                        f"{diff:.3g} at step {step} (tolerance {TOLERANCE:g})"
                     )
+                memory = outputs[1]  # the file's own memory, as a user would feed it back
     return worst, tool
+
+
+def _compare(
+    policy: ActorCritic,
+    theirs: torch.Tensor,
+    ours: torch.Tensor,
+    logits: torch.Tensor,
+    tool: str,
+    n: int,
+) -> float:
+    """The actions' largest |difference| (0 for discrete); raises ParityError past the
+    tolerance, or for a discrete action that differs where the checkpoint's two best logits
+    are not tied."""
+    if theirs.shape != ours.shape or theirs.dtype != ours.dtype:
+        raise ParityError(
+            f"export check: {tool} returned {theirs.dtype} {tuple(theirs.shape)}, the "
+            f"checkpoint policy {ours.dtype} {tuple(ours.shape)}"
+        )
+    if policy.discrete:
+        top2 = logits.topk(2, dim=-1).values if logits.shape[-1] > 1 else None
+        wrong = theirs != ours
+        if top2 is not None:
+            wrong &= ~(top2[:, 0] - top2[:, 1] < TOLERANCE)
+        bad = int(wrong.sum())
+        if bad:
+            raise ParityError(
+                f"export check: {tool} chose another action than the checkpoint for "
+                f"{bad} of {n} observations"
+            )
+        return 0.0
+    diff = float((theirs - ours).abs().max())
+    if diff > TOLERANCE:
+        raise ParityError(
+            f"export check: {tool}'s actions differ from the checkpoint's by up to "
+            f"{diff:.3g} (tolerance {TOLERANCE:g})"
+        )
+    return diff
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict:
@@ -337,7 +402,9 @@ def describe(result: ExportResult) -> str:
     return (
         f"{m['task']}: exported {m['export_format']} to {result.path} "
         f"(checkpoint {m['checkpoint']}, iteration {m['iteration']})\n"
-        f"  obs [batch, {m['input']['shape'][1]}] float32 -> action [{shape}] {out['dtype']}, "
+        f"  obs [batch, {m['input']['shape'][1]}] {m['input']['dtype']}"
+        + (" + memory" if m.get("memory") else "")
+        + f" -> action [{shape}] {out['dtype']}, "
         f"normalizer {m['observation_normalization']}; {check}\n"
         f"  metadata: {result.metadata_path}"
     )

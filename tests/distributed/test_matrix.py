@@ -51,6 +51,19 @@ def test_on_policy_ppo_solves_cartpole_under(tmp_path, strategy):
     assert best >= 475.0, [r["episode_return_mean"] for r in records]
 
 
+@pytest.mark.long
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_recurrent_ppo_learns_cartpole_without_velocities_under(tmp_path, strategy):
+    """The memory task (an MLP stays near 45: tests/test_learning.py): its LSTM policy learns
+    under every strategy, its memory carried by whoever collects and replayed by whoever
+    learns (learner-actor ships the rollout's first memory and episode starts)."""
+    flags = [*STRATEGIES[strategy], "--agent.max-iterations", "60"]
+    records, _ = train(tmp_path, "cartpole-novel", flags)
+    best = max(r["episode_return_mean"] or 0.0 for r in records)
+    assert best >= 150.0, [r["episode_return_mean"] for r in records]
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "strategy",

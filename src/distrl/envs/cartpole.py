@@ -79,3 +79,22 @@ class CartPole(TorchVecEnv):
         terminated |= next_state[:, 2].abs() > self.theta_threshold_radians
         reward = torch.ones(self.num_envs, device=self.device)
         return next_state, reward, terminated
+
+
+class CartPoleNoVelocity(CartPole):
+    """CartPole with the velocities hidden: obs [x, theta] only (the partially observed
+    CartPole of recurrent-RL benchmarks, e.g. SB3-contrib's ``CartPoleNoVel``). The dynamics,
+    reward and limits are CartPole-v1's; a policy must infer x_dot and theta_dot from the past,
+    so a memoryless MLP balances the pole far shorter than a recurrent policy does."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        max_episode_steps: int | None = None,
+    ) -> None:
+        super().__init__(num_envs, device, max_episode_steps)
+        self.obs_dim = 2
+
+    def _observe(self, state: torch.Tensor) -> torch.Tensor:
+        return state[:, 0::2]  # x, theta

@@ -26,7 +26,7 @@ import torch
 
 from distrl.config import AgentConfig, EnvConfig, MultiTaskConfig, PolicyConfig, TrainConfig
 from distrl.envs.acrobot import Acrobot
-from distrl.envs.cartpole import CartPole
+from distrl.envs.cartpole import CartPole, CartPoleNoVelocity
 from distrl.envs.core import VecEnv
 from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.envs.pendulum import Pendulum
@@ -184,6 +184,30 @@ _BUILTINS: dict[str, Task] = {
                 ent_coef=0.0,
                 clip_vloss=False,
                 max_iterations=100,
+            ),
+        ),
+        Task(
+            name="cartpole-novel",
+            description="CartPole-v1 with the velocities hidden (obs x, theta): needs memory; "
+            "recurrent LSTM policy",
+            make_env=CartPoleNoVelocity,
+            # cartpole's settings with an LSTM core: 128 envs split into 2 minibatches of whole
+            # sequences (so 2 ranks of 64 split too)
+            default_config=_config(
+                "cartpole-novel",
+                num_envs=128,
+                policy=PolicyConfig(
+                    reward_normalization=True, recurrent="lstm", recurrent_hidden=64
+                ),
+                num_steps=32,
+                num_epochs=3,
+                num_minibatches=2,
+                learning_rate=1e-3,
+                lr_schedule="adaptive",
+                gamma=0.99,
+                ent_coef=0.0,
+                clip_vloss=False,
+                max_iterations=150,
             ),
         ),
         Task(

@@ -258,16 +258,24 @@ class ActorCritic(nn.Module):
             return actions
         return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
 
+    def deterministic(
+        self, obs: torch.Tensor, memory: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(action, the actor's output, the memory after this step) for raw observations,
+        without side effects (what an exported file computes)."""
+        x, new_memory = self._inputs(obs, memory)
+        out = self.actor(x)
+        return self.env_action(out.argmax(-1) if self.discrete else out), out, new_memory
+
     def act_deterministic(
         self, obs: torch.Tensor, memory: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The most likely action (discrete) or the mean (continuous, clipped) for raw
         observations [N, obs_dim]; ``memory`` of a recurrent policy is advanced in place."""
-        x, new_memory = self._inputs(obs, memory)
+        action, _, new_memory = self.deterministic(obs, memory)
         if new_memory is not None and memory is not None:
             memory.copy_(new_memory)
-        out = self.actor(x)
-        return self.env_action(out.argmax(-1) if self.discrete else out)
+        return action
 
     def evaluate(
         self,

@@ -132,6 +132,11 @@ _PPO_OPTIONS = (
         "{flag} does not apply to {task}: its {algorithm} runner has no critic (RLOO's baseline "
         "is the group's other episodes); leave it at 0",
     ),
+    Option(
+        "policy.recurrent",
+        "{flag} does not apply to {task}: its {algorithm} runner scores whole episodes of "
+        "memoryless policies; leave it at none (recurrent policies train with PPO: {tasks})",
+    ),
 )
 _SUITE_OPTIONS = tuple(
     Option(

@@ -90,7 +90,13 @@ def measure(
     iterations: int,
     threads: int,
     device: str = "auto",
+    own_config: bool = False,
+    agent: dict | None = None,
 ) -> dict:
+    """``own_config``: the task's default config (its network, PPO settings) with only
+    ``num_envs``, ``num_steps`` and ``agent`` overrides, instead of rsl_rl's CartPole setup;
+    the row then holds the median time breakdown and the first (warm-up) iteration's time,
+    which includes any compilation (``--agent.compile``)."""
     from benchmarks.roofline import device_sync
     from distrl.config import AgentConfig, EnvConfig, validate
     from distrl.distributed import context
@@ -99,29 +105,48 @@ def measure(
     from distrl.runner.on_policy import OnPolicyRunner
 
     base = get_task(task).default_config()
-    cfg = dataclasses.replace(
+    own = dataclasses.replace(
         base,
-        task=task,
         env=EnvConfig(num_envs=num_envs),
         agent=dataclasses.replace(
-            base.agent if case == "rollout" else AgentConfig(),
+            base.agent,
             num_steps=num_steps,
-            num_epochs=5,
-            num_minibatches=4,
-            max_iterations=iterations,
+            max_iterations=iterations + 1,
             save_interval=10**9,
-        ),
-        policy=dataclasses.replace(
-            base.policy,
-            actor_hidden=(64, 64),
-            critic_hidden=(64, 64),
-            # rsl_rl's setup scales no rewards (cartpole's own defaults do, since 2026-11-25)
-            reward_normalization=base.policy.reward_normalization and case == "rollout",
+            **(agent or {}),
         ),
         threads=threads,
         device=device,
         tensorboard=False,
         progress=False,
+    )
+    cfg = (
+        own
+        if own_config
+        else dataclasses.replace(
+            base,
+            task=task,
+            env=EnvConfig(num_envs=num_envs),
+            agent=dataclasses.replace(
+                base.agent if case == "rollout" else AgentConfig(),
+                num_steps=num_steps,
+                num_epochs=5,
+                num_minibatches=4,
+                max_iterations=iterations,
+                save_interval=10**9,
+            ),
+            policy=dataclasses.replace(
+                base.policy,
+                actor_hidden=(64, 64),
+                critic_hidden=(64, 64),
+                # rsl_rl's setup scales no rewards (cartpole's own defaults do, since 2026-11-25)
+                reward_normalization=base.policy.reward_normalization and case == "rollout",
+            ),
+            threads=threads,
+            device=device,
+            tensorboard=False,
+            progress=False,
+        )
     )
     validate(cfg)
     ctx = context.init(cfg)
@@ -132,17 +157,33 @@ def measure(
     # rollout, checks, update, record; logging goes to the null telemetry)
     step = runner.iterate if case == "e2e" else runner.rollout
     sync = device_sync(ctx.device)  # a GPU's queued work lands in the iteration that queued it
-    step()  # warm-up (allocator, first-call overheads)
-    times = []
+    sync()
+    t0 = time.perf_counter()
+    step()  # warm-up (allocator, first-call overheads, compilation)
+    sync()
+    first = time.perf_counter() - t0
+    times, records = [], []
     for _ in range(iterations):
         sync()
         t0 = time.perf_counter()
-        step()
+        out = step()
         sync()
         times.append(time.perf_counter() - t0)
+        records.append(out or {})
+    breakdown = {
+        k: statistics.median(r[k] for r in records)
+        for k in ("time/rollout", "time/learn", "time/comm")
+        if records and all(isinstance(r.get(k), float) for r in records)
+    }
     times.sort()
     med = times[len(times) // 2]
     return {
+        "config": "task" if own_config else "rsl_rl",
+        "network": cfg.policy.network,
+        "recurrent": cfg.policy.recurrent,
+        "agent": agent or {},
+        "first_iteration_s": first,
+        **breakdown,
         "case": case,
         "task": task,
         "num_envs": num_envs,
@@ -165,9 +206,21 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="auto")
+    p.add_argument("--own-config", action="store_true", help="the task's defaults, not rsl_rl's")
+    p.add_argument("--agent", default="{}", help="AgentConfig overrides as JSON (--own-config)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    r = measure(a.case, a.task, a.num_envs, a.num_steps, a.iterations, a.threads, a.device)
+    r = measure(
+        a.case,
+        a.task,
+        a.num_envs,
+        a.num_steps,
+        a.iterations,
+        a.threads,
+        a.device,
+        a.own_config,
+        json.loads(a.agent),
+    )
     print(json.dumps(r))
 
 

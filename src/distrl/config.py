@@ -97,6 +97,13 @@ class AgentConfig:
     """Value loss coefficient."""
     ent_coef: float = 0.0
     """Entropy bonus coefficient."""
+    compile: bool = False
+    """torch.compile the minibatch forward and its backward (inductor). It pays where kernel
+    launches dominate a large network's update on a GPU: see docs/benchmarks.md for where it
+    was measured; the first update of a run waits for the compilation."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """The minibatch forward in bfloat16 autocast (convolutions and matrix products; losses,
+    gradients and the optimizer stay float32): for image networks on a GPU."""
     max_grad_norm: float = 1.0
     """Global gradient norm clip (after averaging across ranks)."""
     norm_adv: bool = True

@@ -166,6 +166,7 @@ class PPO:
         self.flat_param.grad = self.flat[:n]
         self.optimizer = FlatAdam(self.flat_param, lr=cfg.learning_rate, eps=cfg.adam_eps)
         self.lr = cfg.learning_rate
+        self._loss = torch.compile(self._forward) if cfg.compile else self._forward
         self.skipped_total = 0
         self.consecutive_skips = 0
 
@@ -228,7 +229,18 @@ class PPO:
     # ---- one minibatch -------------------------------------------------------------------
     def gradient(self, mb: Batch, memory: torch.Tensor | None = None) -> torch.Tensor:
         """Loss and backward for one minibatch; returns ``flat`` = [grads | scalars].
-        ``memory``: a recurrent policy's memory at its sequences' first step."""
+        ``memory``: a recurrent policy's memory at its sequences' first step. The forward
+        runs compiled with ``--agent.compile`` and in bfloat16 autocast with
+        ``--agent.precision bf16`` (the backward follows it; gradients stay float32)."""
+        device = self.flat.device.type
+        with torch.autocast(device, torch.bfloat16, enabled=self.cfg.precision == "bf16"):
+            loss, parts = self._loss(mb, memory)
+        return self.backward(loss, parts)
+
+    def _forward(
+        self, mb: Batch, memory: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The PPO loss of one minibatch and its parts (what ``--agent.compile`` compiles)."""
         cfg = self.cfg
         new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions, memory, mb.starts)
         old_values, returns = mb.values, mb.returns
@@ -250,7 +262,7 @@ class PPO:
             cfg.vf_coef,
             cfg.ent_coef,
         )
-        return self.backward(loss, parts)
+        return loss.float(), parts
 
     def backward(self, loss: torch.Tensor, parts: dict[str, torch.Tensor]) -> torch.Tensor:
         """Backward of any loss on the policy into ``flat``; ``parts`` holds the decision

@@ -51,11 +51,12 @@ class _LinearTanh(torch.autograd.Function):
 
 class LinearTanh(nn.Linear):
     """nn.Linear followed by tanh, fused on CPU for large batches (>= 64k outputs, where the
-    kernels dominate); small batches and other devices use the native ops (per-op overhead
-    dominates there)."""
+    kernels dominate); small batches, other devices and autocast use the native ops (per-op
+    overhead dominates there; autocast casts only native ops)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "cpu" and x.dim() == 2 and x.shape[0] * self.out_features >= 65536:
+        big = x.dim() == 2 and x.shape[0] * self.out_features >= 65536
+        if x.device.type == "cpu" and big and not torch.is_autocast_enabled("cpu"):
             return _LinearTanh.apply(x, self.weight, self.bias)
         return torch.tanh(super().forward(x))
 

@@ -37,7 +37,7 @@ def test_server_floats_are_rounded_to_float32_and_stats_keep_decision_order():
 
 
 def test_actor_and_learner_headers_have_the_sizes_the_receivers_post():
-    assert ActorHeader.size() == 8 and LearnerHeader.size() == 4
+    assert ActorHeader.size() == 9 and LearnerHeader.size() == 5
     head = LearnerHeader(3, version=9, failed=1)
     assert LearnerHeader.read(head.words()) == head
 

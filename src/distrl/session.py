@@ -239,8 +239,11 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
             tel.summary(final)
             if strategy.interrupt:  # agreed by every rank: one final checkpoint was written
                 final["interrupted"] = interrupts.name(strategy.interrupt)
-                at, saved = runner.iteration, runner.last_checkpoint
-                tel.message(interrupts.final_line(strategy.interrupt, at, saved, run_dir, IMPORTED))
+                if ctx.is_main:  # (none written here when the save was refused: the newest)
+                    at, saved = runner.iteration, runner.last_checkpoint
+                    saved = saved or ckpt.find_latest_valid(run_dir / "checkpoints")[0]
+                    line = interrupts.final_line(strategy.interrupt, at, saved, run_dir, IMPORTED)
+                    tel.message(line)
         close()
         clean = True
         return final

@@ -374,3 +374,16 @@ def test_the_episodic_runner_stops_saves_and_resumes_bitwise(tmp_path, capsys):
     assert final["interrupted"] == "SIGINT" and final["iteration"] == 2
     run_training(cfg(tmp_path / "cut", 4, resume="auto"))
     assert_same(final_state(tmp_path / "cut", 4), final_state(tmp_path / "full", 4))
+
+
+def test_the_final_line_names_the_newest_checkpoint_and_a_command_a_shell_can_run(tmp_path):
+    run = tmp_path / "my run"  # quoted for the shell
+    older = run / "checkpoints" / "ckpt_00000004.pt"  # the save of 5 was refused (NaN skips)
+    line = interrupts.final_line(signal.SIGTERM, 5, older, run, ["my.tasks"])
+    assert line.startswith(f"interrupted by SIGTERM at iteration 5; no checkpoint of iteration 5; "
+                           f"the newest is {older}; resume with: ")  # fmt: skip
+    command = line.split("resume with: ")[1]
+    assert shlex.split(command) == [
+        *("distrl", "train", "--import", "my.tasks", "--config", str(run / "config.yaml")),
+        *("--resume", "auto", "--run-dir", str(run)),
+    ]

@@ -601,7 +601,9 @@ def test_max_restarts_makes_the_launched_ranks_resume(tmp_path, monkeypatch):
     from distrl.distributed import launch
 
     started: list[tuple[int, int, list[str]]] = []
-    monkeypatch.setattr(launch, "launch", lambda n, r, args: started.append((n, r, args)) or 0)
+    monkeypatch.setattr(
+        launch, "launch", lambda n, r, args, *rest: started.append((n, r, args)) or 0
+    )
     base = ["train", "cartpole", "--nproc", "2", "--run-dir", str(tmp_path / "run"), *QUIET]
     assert cli.main([*base, "--max-restarts", "1"]) == 0
     assert cli.main(base) == 0

@@ -102,7 +102,8 @@ class TrainResult:
     checkpoint: Path | None
     """The final checkpoint the policy was loaded from."""
     metrics: dict[str, Any]
-    """The run's final numbers (iteration, env steps, last return, time, ...)."""
+    """The run's final numbers (iteration, env steps, last return, time, ...); ``interrupted``:
+    the signal (SIGINT, SIGTERM) that stopped it after a final checkpoint."""
     rank: int = 0
     """This process's global rank (0 without torchrun)."""
 
@@ -155,7 +156,7 @@ def train(
 
 def _launch(cfg: TrainConfig) -> TrainResult:
     """``nproc`` ranks of ``distrl train --config`` under torchrun, for a built-in task."""
-    from distrl import args
+    from distrl import args, interrupts
     from distrl.distributed import launch
     from distrl.envs.registry import is_user_task
 
@@ -173,10 +174,15 @@ def _launch(cfg: TrainConfig) -> TrainResult:
         # --config drops resume: pass it on; with restarts a restart continues, not starts over
         if cfg.resume is not None or cfg.max_restarts > 0:
             argv += ["--resume", cfg.resume or "auto"]
-        code = launch.launch(cfg.nproc, cfg.max_restarts, argv)
-    if code != 0:
+        code = launch.launch(cfg.nproc, cfg.max_restarts, argv, cfg.stop_timeout, str(run_dir))
+    # Ctrl-C or SIGTERM: the ranks stopped and saved (distrl.interrupts); say so, as one process
+    interrupted = {interrupts.exit_code(s.name): s.name for s in interrupts.SIGNALS}.get(code)
+    if code != 0 and interrupted is None:
         raise RuntimeError(f"distrl train on {cfg.nproc} ranks exited with code {code}")
-    return _result(cfg, run_dir, {})
+    result = _result(cfg, run_dir, {})
+    if interrupted:
+        result.metrics["interrupted"] = interrupted
+    return result
 
 
 def _result(cfg: TrainConfig, run_dir: Path, final: dict[str, Any]) -> TrainResult:

@@ -110,6 +110,11 @@ def _take_import_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     return modules, rest
 
 
+IMPORTED: list[str] = []
+"""Every module ``--import`` named in this process, in order (the resume command repeats
+them)."""
+
+
 def import_modules(names: list[str]) -> None:
     """``--import MODULE``: import the user's modules (which register their tasks, networks and
     hooks) before the task is resolved. Found as ``python -m`` finds a module: the current
@@ -122,6 +127,8 @@ def import_modules(names: list[str]) -> None:
     if names and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     for name in names:
+        if name not in IMPORTED:
+            IMPORTED.append(name)
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as e:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import tyro
 
-from distrl.args import default_run_dir, parse_train_args
+from distrl import interrupts
+from distrl.args import IMPORTED, default_run_dir, parse_train_args
 
 USAGE = """usage: distrl <command> ...
 
@@ -72,10 +73,11 @@ def train_main(argv: list[str] | None = None) -> int:
         args = ["train", *args, "--distributed", "True", "--run-dir", run_dir]
         if cfg.max_restarts > 0 and cfg.resume is None:  # a restart continues, not starts over
             args += ["--resume", "auto"]
-        return launch.launch(cfg.nproc, cfg.max_restarts, args)
+        return launch.launch(cfg.nproc, cfg.max_restarts, args, cfg.stop_timeout, run_dir, IMPORTED)
     if not launch.under_torchrun():
-        session.run_training(cfg)
-        return 0
+        final = session.run_training(cfg)
+        # after Ctrl-C or SIGTERM (the final checkpoint written): the shell's code for the signal
+        return interrupts.exit_code(final.get("interrupted"))
     # A rank leaves with os._exit, skipping the C++ destructors of interpreter teardown: under
     # load a finished rank was seen to abort there (SIGABRT, "terminate called without an
     # active exception"), turning a finished run into a failed one for torchrun; and with a

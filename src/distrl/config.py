@@ -284,6 +284,11 @@ class TrainConfig:
     max_restarts: int = 0
     """torchrun elastic restarts when a rank dies (with --nproc N); the restarted ranks resume
     from the run's newest valid checkpoint (--resume auto is implied)."""
+    stop_timeout: float = 300.0
+    """With --nproc N: seconds the launcher waits, after Ctrl-C or SIGTERM, for every rank to
+    stop at an iteration boundary and save a final checkpoint before it kills them (a second
+    Ctrl-C kills at once); also torchrun's --shutdown-timeout. At least one iteration and a
+    save."""
     threads: int | None = None
     """Intra-op threads per process; default cores / local world size."""
     run_dir: str | None = None
@@ -359,6 +364,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive(errors, "--agent.save-interval", a.save_interval, "set it to 1 or more")
     _positive(errors, "--nproc", cfg.nproc, "set it to 1 or more")
     _positive(errors, "--dist.timeout", cfg.dist.timeout, "use e.g. 120")
+    _positive(errors, "--stop-timeout", cfg.stop_timeout, "use e.g. 300")
     _positive(errors, "--agent.max-consecutive-skips", a.max_consecutive_skips, "use e.g. 10")
     if cfg.threads is not None:
         _positive(errors, "--threads", cfg.threads, "set it to 1 or more, or leave it unset")

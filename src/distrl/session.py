@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distrl import checkpoint as ckpt
-from distrl.args import default_run_dir
+from distrl import interrupts
+from distrl.args import IMPORTED, default_run_dir
 from distrl.config import TrainConfig, to_dict
 from distrl.rundir import RunLock, check_run_dir_free, check_unlocked, init_policy
 
@@ -132,7 +133,16 @@ def check_launch_mode(cfg: TrainConfig) -> None:
 
 def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
     """One rank's whole life: process group, env, runner, telemetry; torn down on any exit.
-    The runner calls the task's hooks (``register_task(..., hooks=)``), then ``hooks``."""
+    The runner calls the task's hooks (``register_task(..., hooks=)``), then ``hooks``.
+
+    SIGINT and SIGTERM stop it at an iteration boundary every rank agrees on, after one final
+    checkpoint (``distrl.interrupts``); the result then holds ``interrupted`` (the signal's
+    name) and the main rank has printed one line saying how to resume."""
+    with interrupts.handling(owner=not cfg.distributed):
+        return _run_training(cfg, hooks)
+
+
+def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
     from distrl.distributed import context, liveness
     from distrl.distributed.strategies import make_strategy
     from distrl.envs.registry import get_task, make_env
@@ -227,6 +237,13 @@ def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
             tel.start_iteration = runner.iteration
             final = {**runner.learn(), "run_dir": str(run_dir)}
             tel.summary(final)
+            if strategy.interrupt:  # agreed by every rank: one final checkpoint was written
+                final["interrupted"] = interrupts.name(strategy.interrupt)
+                if ctx.is_main:  # (none written here when the save was refused: the newest)
+                    at, saved = runner.iteration, runner.last_checkpoint
+                    saved = saved or ckpt.find_latest_valid(run_dir / "checkpoints")[0]
+                    line = interrupts.final_line(strategy.interrupt, at, saved, run_dir, IMPORTED)
+                    tel.message(line)
         close()
         clean = True
         return final

@@ -14,11 +14,11 @@ def started(monkeypatch) -> list[dict]:
     """What ``launch.launch`` would start torchrun with, without starting it."""
     calls: list[dict] = []
 
-    def call(cmd, env):
+    def supervise(cmd, env, *rest):
         calls.append({"cmd": cmd, "env": env})
         return 0
 
-    monkeypatch.setattr(launch.subprocess, "call", call)
+    monkeypatch.setattr(launch.interrupts, "supervise", supervise)
     return calls
 
 
@@ -37,3 +37,12 @@ def test_launcher_keeps_the_users_omp_num_threads(monkeypatch, started):
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     launch.launch(2, 0, ["train", "cartpole"])
     assert started[0]["env"]["OMP_NUM_THREADS"] == "3"
+
+
+def test_torchrun_gets_the_stop_timeout_and_runs_quietly_on_a_signal(started):
+    """torchrun's grace before it SIGKILLs its ranks (for a signal sent to torchrun itself) is
+    --stop-timeout; it runs as ``distrl.distributed.launch`` (torchrun without its traceback)."""
+    launch.launch(2, 0, ["train", "cartpole"], stop_timeout=12.5)
+    cmd = started[0]["cmd"]
+    assert cmd[1:3] == ["-m", "distrl.distributed.launch"], cmd
+    assert "--shutdown-timeout=13" in cmd, cmd

@@ -37,9 +37,19 @@ def test_server_floats_are_rounded_to_float32_and_stats_keep_decision_order():
 
 
 def test_actor_and_learner_headers_have_the_sizes_the_receivers_post():
-    assert ActorHeader.size() == 8 and LearnerHeader.size() == 4
+    assert ActorHeader.size() == 9 and LearnerHeader.size() == 5
     head = LearnerHeader(3, version=9, failed=1)
     assert LearnerHeader.read(head.words()) == head
+
+
+def test_the_interrupt_fields_round_trip_before_the_length():
+    """``signal`` (keyword-only, default 0) and ``stop`` sit before ``length``, which stays
+    last: old positional calls keep their meaning and ``payload`` still finds the length."""
+    head = ActorHeader(1, 2, 0, 4, 0.5, 0, 1, 3, signal=15)
+    msg = frame(head, torch.zeros(3), capacity=8)
+    assert ActorHeader.read(msg) == head and ActorHeader.payload(msg).numel() == 3
+    weights = LearnerHeader(1, version=4, failed=-1, stop=1)
+    assert LearnerHeader.read(weights.words()).stop == 1
 
 
 def test_a_length_that_does_not_match_the_payload_is_refused():

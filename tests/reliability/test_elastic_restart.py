@@ -60,18 +60,17 @@ def test_killed_rank_restarts_from_the_newest_checkpoint_and_matches(two_rank_re
 
 @pytest.mark.timeout(10)
 def test_launcher_binds_to_loopback_and_does_not_share_the_rendezvous_store(monkeypatch):
-    import subprocess
-
+    from distrl import interrupts
     from distrl.distributed import launch
 
     seen = {}
 
-    def call(cmd, env):
+    def supervise(cmd, env, *rest):
         seen.update(cmd=cmd, env=env)
         return 0
 
     monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
-    monkeypatch.setattr(subprocess, "call", call)
+    monkeypatch.setattr(interrupts, "supervise", supervise)
     assert launch.launch(2, 1, ["train", "cartpole"]) == 0
     cmd = seen["cmd"]
     endpoint = next(a for a in cmd if a.startswith("--rdzv-endpoint="))

@@ -188,8 +188,13 @@ class Strategy(Protocol):
         ...
 
     stop_requested: bool
-    """Whoever coordinates this rank asked it to stop after this iteration (a parameter
-    server whose algorithm stopped early on its view of every worker's statistics)."""
+    """Stop after this iteration: the ranks agreed on an interrupt (``interrupt``), or whoever
+    coordinates this rank asked it to (a parameter server whose algorithm stopped early on its
+    view of every worker's statistics, or that was interrupted)."""
+    interrupt: int
+    """The signal (SIGINT, SIGTERM) that stopped the run, as every rank that learns it agrees
+    (0: none). It travels in the exchange each iteration already makes (``distrl.interrupts``):
+    the ``reduce_stats`` row, a worker's or an actor's message header, the server's reply."""
 
     @property
     def stats_agreed(self) -> bool:
@@ -302,6 +307,9 @@ class ActorLink(Protocol):
     """How many versions behind the iteration its weights may be (0: on-policy)."""
     version: int
     """The version of the weights it holds."""
+    stop_at: int | None
+    """The version (the iteration) the learners stopped at after an interrupt, once weights
+    saying so arrived (``await_weights``); None until then."""
 
     def await_weights(self, needed: int) -> None:
         """Block until the weights held are at least version ``needed``."""

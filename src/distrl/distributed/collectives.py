@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from distrl import interrupts
 from distrl.distributed.base import Agreed, Links
 from distrl.distributed.context import DistContext
 from distrl.distributed.liveness import heartbeat, peer_failure
@@ -42,6 +43,7 @@ class Collectives:
         self.object_group: Any = None
         # Defaults of the Strategy protocol for a strategy whose every rank collects and learns
         self.stop_requested = False
+        self.interrupt = 0
         self.stats_agreed = True
         self.links = Links()  # every rank collects and learns: no link
 
@@ -90,6 +92,19 @@ class Collectives:
         if self.active:
             heartbeat(self.ctx, iteration)
 
+    # ---- interrupts -----------------------------------------------------------------------
+    def interrupt_note(self) -> int:
+        """What this rank adds to the exchange: the signal it received (0: none)."""
+        return interrupts.received()
+
+    def agree_interrupt(self, notes: torch.Tensor) -> None:
+        """Every participating rank's note, the same on each: stop after this iteration if any
+        rank was signalled (the first in rank order names the signal)."""
+        signalled = [int(n) for n in notes.tolist() if n]
+        if signalled and not self.interrupt:
+            self.interrupt = signalled[0]
+            self.stop_requested = True
+
     def finish(self) -> None:
         """Nothing to tell anyone (strategies with a server override this)."""
 
@@ -115,13 +130,20 @@ class Collectives:
     ) -> Agreed:
         """Every rank's named tensors, packed into one float64 row and all-gathered in one
         collective; ``sums`` are then added up over ranks (in rank order, so every rank computes
-        bit-identical totals) and ``gather`` kept per rank."""
+        bit-identical totals) and ``gather`` kept per rank.
+
+        The row ends with one more word, this rank's interrupt note (``interrupt_note``): every
+        rank reads every rank's, so all agree to stop after this iteration when any was
+        signalled, whichever it was and whenever the signal came (``distrl.interrupts``)."""
         gather = gather or {}
         named = [*sums.items(), *gather.items()]
         # on the rank's device (NCCL moves CUDA tensors only); some counts live on the CPU
         device = self.ctx.device
-        row = torch.cat([t.detach().reshape(-1).to(device, torch.float64) for _, t in named])
-        rows = self.all_gather(row)
+        note = torch.tensor([float(self.interrupt_note())], dtype=torch.float64)
+        parts = [t.detach().reshape(-1).to(device, torch.float64) for _, t in named]
+        rows = self.all_gather(torch.cat([*parts, note.to(device)]))
+        self.agree_interrupt(rows[:, -1])
+        rows = rows[:, :-1]
         total = rows[0].clone()
         for r in range(1, rows.shape[0]):
             total += rows[r]

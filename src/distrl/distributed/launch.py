@@ -12,17 +12,27 @@ resumes from the newest valid checkpoint (``--resume auto`` in a fixed run direc
 The ranks get ``OMP_NUM_THREADS`` = cores // N (at least 1) unless the user set it: each rank's
 share of the machine, as its intra-op thread count is by default. torchrun would otherwise set
 it to 1 and print a banner about it to every newcomer.
+
+Signals (``distrl.interrupts.supervise``): torchrun runs in a session of its own; the launcher's
+SIGINT (Ctrl-C), SIGTERM and SIGHUP go to the ranks, which stop at an agreed iteration boundary
+and save; a second one, or ``--stop-timeout`` seconds, kills the tree. torchrun is started as
+``python -m distrl.distributed.launch`` (``main``), so that a signal sent to torchrun itself
+ends in its exit code rather than its traceback.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import math
 import os
+import signal
 import socket
-import subprocess
 import sys
+from collections.abc import Sequence
 from typing import Any
+
+from distrl import interrupts
 
 # Flags that belong to the launcher and must not reach the ranks (which would relaunch).
 _LAUNCH_FLAGS = ("--nproc", "--max-restarts", "--max_restarts")
@@ -132,18 +142,24 @@ def loopback_interface() -> str:
 
 
 def torchrun_command(
-    nproc: int, max_restarts: int, script_args: list[str], port: int | None = None
+    nproc: int,
+    max_restarts: int,
+    script_args: list[str],
+    port: int | None = None,
+    stop_timeout: float = 300.0,
 ) -> list[str]:
     """torchrun joining the rendezvous store at 127.0.0.1:``port``, hosted by the caller
     (``rendezvous_store``), as a client; without ``port``, torchrun hosts the store itself on a
     free port, and torch's server then listens on every interface (``launch`` never does
-    that)."""
+    that). ``stop_timeout``: how long torchrun lets its workers stop on a signal it receives
+    before it SIGKILLs them (its own default, 30 s, may be shorter than an iteration and a
+    save)."""
     hosted = port is not None
     port = port if port is not None else free_port()
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "distrl.distributed.launch",  # torchrun, without its traceback on a signal (main)
         f"--nproc-per-node={nproc}",
         "--nnodes=1",
         "--rdzv-backend=c10d",
@@ -152,6 +168,7 @@ def torchrun_command(
         "--local-addr=127.0.0.1",
         f"--max-restarts={max_restarts}",
         "--monitor-interval=0.5",
+        f"--shutdown-timeout={max(1, math.ceil(stop_timeout))}",
         "-m",
         "distrl.cli",
         *script_args,
@@ -181,12 +198,40 @@ def launch_env(nproc: int) -> dict[str, str]:
     return env
 
 
-def launch(nproc: int, max_restarts: int, script_args: list[str]) -> int:
+def launch(
+    nproc: int,
+    max_restarts: int,
+    script_args: list[str],
+    stop_timeout: float = 300.0,
+    run_dir: str = "",
+    modules: Sequence[str] = (),
+) -> int:
     """Run the ranks under torchrun, with its rendezvous store hosted here on loopback; return
-    torchrun's exit code."""
+    torchrun's exit code, or 128 + the signal after Ctrl-C or SIGTERM, which this process
+    passes on to the ranks (``interrupts.supervise``: they stop at an iteration boundary and
+    save; ``run_dir`` and ``modules`` (the ``--import`` modules) name the resume command)."""
     store = rendezvous_store()
-    cmd = torchrun_command(nproc, max_restarts, script_args, store.port)
+    cmd = torchrun_command(nproc, max_restarts, script_args, store.port, stop_timeout)
     try:
-        return subprocess.call(cmd, env=launch_env(nproc))
+        return interrupts.supervise(cmd, launch_env(nproc), stop_timeout, run_dir, modules)
     finally:
         del store
+
+
+def main() -> int:
+    """torchrun (``torch.distributed.run``) as the launcher starts it: when torchrun itself is
+    sent SIGINT or SIGTERM it passes the signal on to its workers, which stop at an iteration
+    boundary and save (``distrl.interrupts``), and then raises; here that ends in the exit code
+    of the signal instead of its traceback."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.run import main as torchrun
+
+    try:
+        torchrun()
+    except SignalException as e:
+        return interrupts.exit_code(signal.Signals(e.sigval).name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -46,6 +46,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from distrl import interrupts
 from distrl.algorithms.ppo import GradientLearner
 from distrl.config import TrainConfig
 from distrl.distributed.allreduce import AllReduceStrategy, verify_identical
@@ -232,6 +233,8 @@ class LearnerActor(Collectives):
         self.targets = set(self.actors)  # learner: actors it still sends weights to
         self.messages: list[str] = []
         self.dropped: dict[int, str] = {}  # learner: actor -> why
+        self.heard = 0  # learner: the first interrupt an actor reported (its header's signal)
+        self.stop_at: int | None = None  # actor: the version the learners stopped at
         self._acc = self._fresh()
 
     @property
@@ -296,6 +299,10 @@ class LearnerActor(Collectives):
                 self._abort(e)
             raise
 
+    def interrupt_note(self) -> int:
+        """A learner adds its actors' interrupt to its own in the learners' exchange."""
+        return interrupts.received() or self.heard
+
     def verify_replicas(self, module: nn.Module) -> None:
         """The learners hold identical parameters (actors may hold older versions in async)."""
         if self.is_learner:
@@ -317,7 +324,9 @@ class LearnerActor(Collectives):
         sent = 0
         routes = self.table.sends(self.rank)
         for actor in sorted(self.targets):
-            head = LearnerHeader(WEIGHTS, version=self.version, failed=-1).words()
+            # stop: the learners agreed on an interrupt this iteration (reduce_stats)
+            stop = int(self.stop_requested)
+            head = LearnerHeader(WEIGHTS, version=self.version, failed=-1, stop=stop).words()
             mine = [r for r in routes if r.actor == actor]
             try:
                 self._send(head, actor)
@@ -393,6 +402,10 @@ class LearnerActor(Collectives):
                     f"rank {self.rank}/{self.world_size} (actor): {name} failed (reported by "
                     f"learner rank {learner}); stopping"
                 )
+            if kind == WEIGHTS and header.stop and self.stop_at is None:
+                # the learners stopped at this version (an interrupt): the actor sends its state
+                # for that iteration's checkpoint and stops (runner.roles.act)
+                self.stop_at, self.stop_requested = version, True
             if kind == BYE:
                 self.byes.add(learner)
                 if block and self.byes >= set(self.learners):
@@ -441,6 +454,7 @@ class LearnerActor(Collectives):
                 seconds=seconds,
                 part=part,
                 parts=parts,
+                signal=interrupts.received(),  # its learner passes it on (interrupt_note)
                 length=length,
             )
 
@@ -497,6 +511,8 @@ class LearnerActor(Collectives):
         if head is None or why is not None:
             self._drop(actor, f"it sent {why}")
             return
+        if head.signal and not self.heard:  # the actor was interrupted: stop the run
+            self.heard = head.signal
         kind, part, parts = head.kind, head.part, head.parts
         if kind == ROLLOUT:
             self.pending[actor].append((head.version, head.seconds, payload.clone()))

@@ -48,7 +48,9 @@ class Header:
     def read(cls: type[H], msg: torch.Tensor) -> H:
         """The header at the front of ``msg``."""
         values = msg[: cls.size()].tolist()
-        return cls(*(cast(v) for cast, v in zip(cls._casts(), values, strict=True)))
+        names = [f.name for f in dataclasses.fields(cls)]
+        casts = zip(names, cls._casts(), values, strict=True)
+        return cls(**{n: cast(v) for n, cast, v in casts})  # keyword-only fields too
 
     @classmethod
     def payload(cls, msg: torch.Tensor) -> torch.Tensor:
@@ -90,6 +92,9 @@ class WorkerHeader(Header):
     parts: int
     nsums: int
     """Statistics: how many leading words of the row are sums."""
+    signal: int = dataclasses.field(default=0, kw_only=True)
+    """The SIGINT or SIGTERM the worker received (0: none): the server stops the run
+    (``distrl.interrupts``)."""
     length: int
 
 
@@ -130,6 +135,9 @@ class ActorHeader(Header):
     """The rollout's own time."""
     part: int
     parts: int
+    signal: int = dataclasses.field(default=0, kw_only=True)
+    """The SIGINT or SIGTERM the actor received (0: none): its learner passes it on to the
+    learners' exchange (``distrl.interrupts``)."""
     length: int
 
 
@@ -140,4 +148,7 @@ class LearnerHeader(Header):
     version: int
     failed: int
     """ABORT: the learner rank that failed (-1 when unknown or not an abort)."""
+    stop: int = 0
+    """WEIGHTS: 1 when the learners agreed to stop at this version (an interrupt): the actor
+    sends its state for that iteration's checkpoint and stops (``distrl.interrupts``)."""
     length: int = 0

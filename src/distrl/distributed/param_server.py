@@ -43,6 +43,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from distrl import interrupts
 from distrl.algorithms.ppo import Decision, GradientLearner
 from distrl.config import TrainConfig
 from distrl.distributed.base import (
@@ -139,6 +140,7 @@ class ParameterServer(Collectives):
                 part=part,
                 parts=parts,
                 nsums=h.get("nsums", 0),
+                signal=interrupts.received(),  # the server stops the run (distrl.interrupts)
                 length=length,
             )
 
@@ -310,7 +312,7 @@ class ParameterServer(Collectives):
         row = layout.pack(sums, gather)
         self._up(STATS, pack64(row), iteration=self._iteration, nsums=layout.num_sums)
         header, reply = self._receive(STATS_REPLY)
-        if ACTIONS[header.action] == "stop":  # the server's own early stop
+        if ACTIONS[header.action] == "stop":  # the server's early stop, or an interrupt
             self.stop_requested = True
         total = unpack64(reply[: 2 * layout.num_sums])
         device = next(iter(sums.values())).device
@@ -496,6 +498,8 @@ class _ServerLoop:
             self._lost(worker, f"it sent {why}")
             return
         payload = WorkerHeader.payload(msg)
+        if head.signal:  # the worker was interrupted: stop the run (_stats_decision)
+            self._interrupted(head.signal)
         kind, part, parts = head.kind, head.part, head.parts
         if parts > 1:
             self.parts[worker].append(payload)
@@ -579,14 +583,21 @@ class _ServerLoop:
         for w in workers[1:]:
             total += self.stats_round[w][0][:nsums]
         self.on_stats(total, {w: self.stats_round[w][0] for w in workers})
+        decision = self._stats_decision()  # one answer for the round: every worker stops alike
         for w in workers:
-            self.ps._down(w, STATS_REPLY, pack64(total), self._stats_decision())
+            self.ps._down(w, STATS_REPLY, pack64(total), decision)
         self.stats_round = {}
 
     def _stats_decision(self) -> Decision | None:
         """A statistics reply says 'stop' once the server's algorithm stopped early (its view
-        of every worker's counts: under ps-asp/bap the workers' own views are partial)."""
-        return Decision("stop") if self.should_stop() else None
+        of every worker's counts: under ps-asp/bap the workers' own views are partial), or once
+        the server or any worker was interrupted (SIGINT, SIGTERM: ``distrl.interrupts``)."""
+        self._interrupted(interrupts.received())
+        return Decision("stop") if self.should_stop() or self.ps.interrupt else None
+
+    def _interrupted(self, signum: int) -> None:
+        if signum and not self.ps.interrupt:
+            self.ps.interrupt = signum
 
     # ---- gradients ---------------------------------------------------------------------------
     def _on_grad(self, worker: int, flat: torch.Tensor, version: int, samples: int) -> None:

@@ -77,6 +77,7 @@ class Runner(ABC):
         self.wall_offset = 0.0
         self._start = time.perf_counter()
         self.evaluator: Evaluator | None = None  # built on the main rank at the first due eval
+        self.last_checkpoint: Path | None = None  # the newest this process wrote
 
     # ---- the algorithm plug-in ----------------------------------------------------------------
     @abstractmethod
@@ -138,6 +139,8 @@ class Runner(ABC):
 
     @property
     def done(self) -> bool:
+        """The last iteration is over: the budget is spent, the algorithm stopped early, or the
+        strategy says stop (an interrupt every rank agreed on, or a parameter server's stop)."""
         if self.strategy.stop_requested:
             return True
         return self.iteration >= self.cfg.agent.max_iterations or self.stop_early
@@ -282,9 +285,10 @@ class Runner(ABC):
         }
         meta = ckpt.run_metadata(to_dict(self.cfg), self.strategy.world_size, self.env_steps)
         keep = self.cfg.agent.keep_checkpoints
-        return ckpt.save_checkpoint(
+        self.last_checkpoint = ckpt.save_checkpoint(
             self.run_dir / "checkpoints", self.iteration, state, meta, keep=keep
         )
+        return self.last_checkpoint
 
     def load(self, path: Path) -> list[str]:
         """Load the checkpoint every rank was told to load; returns notes on changed fields."""

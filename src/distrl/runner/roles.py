@@ -149,10 +149,13 @@ def act(runner: Runner, link: ActorLink) -> dict[str, Any]:
         raise TypeError(f"an actor collects: {type(runner).__name__} has no collector")
     link.version = runner.iteration  # fresh or resumed: every rank holds that version
     record: dict[str, Any] = {}
+    sent = -1  # the iteration of the last state this actor sent for a checkpoint
     while not runner.done:
         runner.begin()
         t0 = time.perf_counter()
         link.await_weights(runner.iteration - link.lag_bound)
+        if link.stop_at is not None:  # the learners stopped (an interrupt)
+            break
         t1 = time.perf_counter()
         runner.collect()
         collector.episode_window(runner.iteration)
@@ -167,6 +170,11 @@ def act(runner: Runner, link: ActorLink) -> dict[str, Any]:
         }
         if runner.checkpoint_due():  # before the hooks: a fault there must not lose the state
             link.send_state(runner.iteration, runner.rank_state())
+            sent = runner.iteration
         runner.log(record)  # non-main ranks log nothing; hooks see every rank
+    if link.stop_at is not None and sent != link.stop_at:
+        # the learners' final checkpoint is of the iteration they stopped at: on-policy this
+        # actor's state is of that iteration too; async, it may have collected further since
+        link.send_state(link.stop_at, runner.rank_state())
     runner.strategy.finish()  # the final weights arrive here
     return record | {"dist/version": link.version}

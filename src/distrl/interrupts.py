@@ -1,0 +1,285 @@
+"""Interrupts that save: SIGINT (Ctrl-C) and SIGTERM stop training at an iteration boundary that
+every rank agrees on, with one final checkpoint and one line that says how to resume.
+
+Every signal of a run is handled here, in three places:
+
+- **a training process** (``handling``, around ``session.run_training``): SIGINT and SIGTERM
+  only note the first signal (``received``); nothing is raised, so no rank prints a traceback.
+  The strategy reads the note in the exchange it already makes every iteration and every rank
+  learns the same answer there, so all stop after the same iteration and the main rank writes
+  the final checkpoint through ``Runner.checkpoint`` (``--resume auto`` finds it). Where the
+  note travels, with no extra round trip:
+
+  ==================  ==========================================================================
+  strategy            the exchange
+  ==================  ==========================================================================
+  ``allreduce``       one more word in each rank's row of the ``reduce_stats`` all-gather
+                      (``Collectives.reduce_stats``); every rank reads every rank's word, so
+                      all decide alike, whichever rank the signal reached and when
+  ``ps-*``            a worker's ``signal`` header field (``WorkerHeader``, every message); the
+                      server (or its own note) answers the next statistics message with
+                      ``stop`` (``ServerHeader.action``), one answer for a whole BSP round;
+                      under ps-asp/bap each worker stops at its own next exchange
+  ``learner-actor``   an actor's ``signal`` header field (``ActorHeader``) reaches its learner
+                      with the rollout; the learners agree through their ``reduce_stats``
+                      all-gather as allreduce does, and the weights they push next carry
+                      ``stop`` (``LearnerHeader``): an actor then sends its state for that
+                      iteration's checkpoint and stops
+  ==================  ==========================================================================
+
+  The note is read once per exchange: a signal that comes after this iteration's exchange
+  stops the run after the next iteration. A single process (no process group) is the one the
+  user talks to (``owner``): its first signal prints one line at once, and a second aborts it
+  (the default action of the signal: no checkpoint). A rank under torchrun says nothing and
+  takes a repeated signal as the same request (a scheduler may signal every process, and the
+  launcher forwards once more): aborting is the launcher's job.
+
+- **the launcher** (``supervise``, ``distrl train --nproc N``): torchrun runs in a session of
+  its own, so a terminal's Ctrl-C reaches the launcher alone; the launcher forwards SIGINT or
+  SIGTERM (SIGHUP, its terminal closing, as SIGTERM) to the ranks themselves, torchrun's
+  children (found in /proc; without it, torchrun itself). Were torchrun signalled instead, it
+  would forward the signal too, but log three lines about it and raise, printing its traceback
+  (``launch.main`` turns that into the signal's exit code). The ranks stop and exit 0 (so
+  torchrun neither restarts them nor reports a failure), torchrun exits 0, and the launcher
+  exits 128 + the signal. A second signal, or ``--stop-timeout`` seconds without the ranks
+  gone, kills the whole tree (SIGKILL) with one line naming the newest checkpoint. torchrun's
+  own grace before it SIGKILLs its workers (``--shutdown-timeout``, for a signal sent to
+  torchrun itself) is set to the same ``--stop-timeout``.
+
+- **the final line** (``final_line``), printed by the main rank after the run summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""What stops a training process at an iteration boundary."""
+
+_first = 0  # the first signal this process received while training (0: none)
+
+
+def received() -> int:
+    """The first SIGINT or SIGTERM this process received while training (0: none)."""
+    return _first
+
+
+def name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def exit_code(signal_name: str | None) -> int:
+    """0 without a signal; else what a shell reports for a process that signal ended, 128 + its
+    number (130 for SIGINT, 143 for SIGTERM): the run stopped early, if cleanly."""
+    return 128 + signal.Signals[signal_name] if signal_name else 0
+
+
+def _say(text: str) -> None:
+    """One line on stderr, written straight to the descriptor: safe inside a signal handler
+    (a buffered print there can meet the stream mid-write and raise)."""
+    with contextlib.suppress(OSError):
+        os.write(2, (text + "\n").encode())
+
+
+@contextlib.contextmanager
+def handling(owner: bool) -> Iterator[None]:
+    """While training: SIGINT and SIGTERM note the first signal (``received``). ``owner``: this
+    process is the one the user talks to (a single process): say so at once, and let a second
+    signal abort. The previous handlers come back afterwards. Outside the main thread (where
+    Python cannot set handlers) nothing changes."""
+    global _first
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _first = 0
+
+    def on_signal(signum: int, frame: object) -> None:
+        global _first
+        if _first == 0:
+            _first = signum
+            if owner:
+                again = "Ctrl-C" if signum == signal.SIGINT else name(signum)
+                _say(
+                    f"distrl: {name(signum)}: stopping at the next iteration boundary to save a "
+                    f"final checkpoint ({again} again aborts without saving)"
+                )
+        elif owner:
+            _say(f"distrl: second {name(signum)}: aborting without a final checkpoint")
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
+    for s in SIGNALS:
+        signal.signal(s, on_signal)
+        # Restart system calls the signal interrupts, in threads Python does not run either
+        # (Gloo's, the TCP store's): the handler only takes a note.
+        signal.siginterrupt(s, False)
+    try:
+        yield
+    finally:
+        _first = 0
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+# ---- what the main rank says at the end -------------------------------------------------------
+
+
+def resume_command(run_dir: str | Path, modules: Sequence[str] = ()) -> str:
+    """The command that continues the run in ``run_dir``: its config.yaml repeats every setting
+    (the process count too), ``--resume auto`` takes the newest valid checkpoint."""
+    words = ["distrl", "train"]
+    for m in modules:
+        words += ["--import", m]
+    config = Path(run_dir) / "config.yaml"
+    words += ["--config", str(config), "--resume", "auto", "--run-dir", str(run_dir)]
+    return shlex.join(words)
+
+
+def final_line(
+    signum: int,
+    iteration: int,
+    checkpoint: Path | None,
+    run_dir: str | Path,
+    modules: Sequence[str] = (),
+) -> str:
+    """``interrupted by SIGTERM at iteration 37; final checkpoint ...; resume with: ...``"""
+    if checkpoint is None:
+        saved = "no checkpoint was written"
+    elif f"{iteration:08d}" in checkpoint.name:
+        saved = f"final checkpoint {checkpoint}"
+    else:  # the final save was refused (updates skipped for NaN/Inf): say which one is newest
+        saved = f"no checkpoint of iteration {iteration}; the newest is {checkpoint}"
+    return (
+        f"interrupted by {name(signum)} at iteration {iteration}; {saved}; resume with: "
+        f"{resume_command(run_dir, modules)}"
+    )
+
+
+# ---- the launcher -----------------------------------------------------------------------------
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux: /proc; elsewhere none are found)."""
+    out: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and every process below it, parents first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo += children(p)
+    return out
+
+
+def _kill(pids: Sequence[int], signum: int) -> None:
+    for p in pids:
+        with contextlib.suppress(OSError):
+            os.kill(p, signum)
+
+
+def supervise(
+    cmd: list[str],
+    env: dict[str, str],
+    stop_timeout: float,
+    run_dir: str | Path,
+    modules: Sequence[str] = (),
+) -> int:
+    """Run torchrun (``cmd``) in a session of its own and wait for it, passing the launcher's
+    SIGINT, SIGTERM and SIGHUP on to the ranks (see the module docstring); returns torchrun's
+    exit code, or 128 + the signal after an interrupt."""
+    from distrl import checkpoint as ckpt
+
+    proc: subprocess.Popen | None = None
+    first = 0
+    deadline = float("inf")
+
+    def forward(signum: int) -> None:
+        if proc is None:
+            return
+        # the ranks are torchrun's children; before they exist (rendezvous), torchrun itself
+        ranks = children(proc.pid)
+        _kill(ranks or [proc.pid], signum)
+
+    def kill_tree() -> None:
+        if proc is not None:
+            _kill(tree(proc.pid), signal.SIGKILL)
+
+    def newest() -> str:
+        path, _ = ckpt.find_latest_valid(Path(run_dir) / "checkpoints")
+        return f"the newest checkpoint is {path}" if path else "no checkpoint was written"
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal first, deadline
+        sent = signal.SIGTERM if signum == signal.SIGHUP else signum
+        if first == 0:
+            first, deadline = sent, time.monotonic() + stop_timeout
+            again = "Ctrl-C" if sent == signal.SIGINT else "another signal"
+            _say(
+                f"distrl: {name(signum)}: the ranks stop at the next iteration boundary and save "
+                f"a final checkpoint ({again} kills them without saving)"
+            )
+            forward(sent)
+            return
+        kill_tree()
+        _say(
+            f"distrl: second {name(signum)}: killed the ranks without a final checkpoint; "
+            f"{newest()}; resume with: {resume_command(run_dir, modules)}"
+        )
+
+    handled = (*SIGNALS, signal.SIGHUP)
+    previous = {s: signal.getsignal(s) for s in handled}
+    for s in handled:
+        signal.signal(s, on_signal)
+        signal.siginterrupt(s, False)
+    try:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        if first:  # a signal came while torchrun was being started
+            forward(first)
+        while True:
+            try:
+                code = proc.wait(timeout=max(0.0, min(deadline - time.monotonic(), 1.0)))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    kill_tree()
+                    _say(
+                        f"distrl: the ranks did not stop within --stop-timeout {stop_timeout:g} s "
+                        f"of {name(first)}; killed them; {newest()}; resume with: "
+                        f"{resume_command(run_dir, modules)}"
+                    )
+                    deadline = float("inf")
+        return exit_code(name(first)) if first else code
+    finally:
+        if proc is not None and proc.poll() is None:  # the launcher itself failed: no orphans
+            kill_tree()
+            proc.wait()
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)

@@ -2,7 +2,8 @@
 # The GPU figures of docs/benchmarks.md ("On a GPU"), in one command on a CUDA machine with
 # torch installed (distrl and the peers' packages on PYTHONPATH or installed):
 #
-#   bash peers/gpu_session.sh OUT_DIR [part ...]      parts: smoke throughput peer solve tests
+#   bash peers/gpu_session.sh OUT_DIR [part ...]
+#     parts: smoke throughput peer solve tests pixels recurrent minatar
 #
 # Writes OUT_DIR/<part>.log and the benches' CSVs; prints a short table at the end of each part.
 set -uo pipefail
@@ -51,6 +52,31 @@ solve() {
     distrl bench solve --tasks cartpole --seeds "${SEEDS:-5}" --out "$out/solve_default"
     distrl bench solve --tasks cartpole --seeds "${SEEDS:-5}" --out "$out/solve_4096" \
         --extra="--env.num-envs 4096 --agent.max-iterations 30"
+}
+
+e2e() {  # one task's own config, one fresh process: e2e <task> <envs> [agent overrides JSON]
+    local agent=${3:-'{}'}
+    $py -m benchmarks.throughput --case e2e --task "$1" --own-config --num-envs "$2" \
+        --num-steps "${STEPS:-128}" --iterations "${ITERS:-5}" --device cuda --agent "$agent"
+}
+
+pixels() {  # the CNN update: eager, bf16 autocast, compiled, both; then more envs
+    for agent in '{}' '{"precision": "bf16"}' '{"compile": true}' \
+        '{"compile": true, "precision": "bf16"}'; do
+        e2e minatar-breakout 4096 "$agent"
+    done | tee "$out/pixels.jsonl"
+    e2e minatar-breakout 16384 '{}' | tee -a "$out/pixels.jsonl"
+}
+
+recurrent() {  # the LSTM policy of the memory task (32-step sequences)
+    for envs in 4096 16384; do STEPS=32 e2e cartpole-novel $envs; done | tee "$out/recurrent.jsonl"
+}
+
+minatar() {  # MinAtar Breakout to 10M env steps on one GPU, defaults but the envs
+    time distrl train minatar-breakout --env.num-envs "${ENVS:-4096}" \
+        --agent.total-timesteps "${STEPS_TOTAL:-10000000}" --run-dir "$out/runs/breakout" \
+        --progress False --tensorboard False
+    tail -n 1 "$out/runs/breakout/metrics.jsonl"
 }
 
 tests() {  # TESTS: files or node ids (default: the whole suite)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -454,17 +455,33 @@ def _gym_task(name: str, description: str | None = None) -> Task:
 
         check_spaces(env_id)
 
+    tuned = _GYM_CONFIGS.get(env_id)
     return Task(
         name=name,
         description=description or f"Gymnasium {env_id} through the Gymnasium adapter",
         make_env=make_env,
-        default_config=_GYM_CONFIGS.get(env_id, _gym_default)(name),
+        default_config=tuned(name) if tuned else _gym_default(name, env_id),
         preflight=preflight,
     )
 
 
-def _gym_default(name: str) -> Callable[[], TrainConfig]:
-    return _config(name, num_envs=8, num_steps=128, max_iterations=100)
+def _gym_default(name: str, env_id: str | None = None) -> Callable[[], TrainConfig]:
+    """8 envs x 128 steps, 100 iterations; the network that fits the env's observations
+    (``gym.default_network``: nature-cnn for images, multi-input for Dicts with images, mlp)
+    when ``env_id`` is given."""
+
+    def make() -> TrainConfig:
+        cfg = _config(name, num_envs=8, num_steps=128, max_iterations=100)()
+        if env_id is None:
+            return cfg
+        from distrl.envs.gym import default_network
+
+        network = default_network(env_id)
+        if network == cfg.policy.network:
+            return cfg
+        return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, network=network))
+
+    return make
 
 
 # Gymnasium ids whose tuned defaults we keep (the built-in twin's settings where one exists)
@@ -527,16 +544,25 @@ def register_task(
     hooks = tuple(hooks)
     if not all(isinstance(h, Hooks) for h in hooks):
         raise ValueError(f"register_task({name!r}): hooks must be distrl.Hooks instances")
+    config: Callable[[], TrainConfig]
+    if default_config is not None:
+        cfg = dataclasses.replace(default_config, task=name)
+        config = lambda: cfg  # noqa: E731 (frozen: sharing one instance is safe)
+    else:
+        cfg = TrainConfig(task=name)
+        config = lambda: cfg  # noqa: E731
     if gym is not None:
-        make_env = _gym_factory_env(name, gym, max_episode_steps)
+        make_env, env_id = _gym_factory_env(name, gym, max_episode_steps)
+        if default_config is None:
+            # the env's network (images, Dicts) is found by building one env, once, when the
+            # config is first asked for rather than at registration
+            config = functools.cache(_gym_default(name, env_id))
     assert make_env is not None
-    base = default_config or (_gym_default(name)() if gym is not None else TrainConfig(task=name))
-    cfg = dataclasses.replace(base, task=name)
     task = Task(
         name=name,
         description=description or f"registered by {getattr(factory, '__module__', '?')}",
         make_env=make_env,
-        default_config=lambda: cfg,  # frozen: sharing one instance is safe
+        default_config=config,
         hooks=hooks,
     )
     _USER[name] = task
@@ -545,19 +571,23 @@ def register_task(
 
 def _gym_factory_env(
     name: str, factory: Callable[..., Any], max_episode_steps: int | None
-) -> Callable[[int, torch.device, int | None], VecEnv]:
-    """Register ``factory`` with Gymnasium under its own id and step it like ``gym:<Id>``."""
+) -> tuple[Callable[[int, torch.device, int | None], VecEnv], str]:
+    """Register ``factory`` with Gymnasium under its own id and step it like ``gym:<Id>``;
+    returns the factory of its VecEnv and the id."""
     import gymnasium
+
+    from distrl.envs.gym import default_network
 
     env_id = f"distrl-user/{''.join(c if c.isalnum() or c in '_.' else '_' for c in name)}"
     gymnasium.register(env_id, entry_point=factory, max_episode_steps=max_episode_steps)
+    default_network.cache_clear()  # the id may have been registered before with another env
 
     def make_env(num_envs: int, device: torch.device, max_steps: int | None = None) -> VecEnv:
         from distrl.envs.gym import GymVecEnv
 
         return GymVecEnv(env_id, num_envs, device, max_episode_steps=max_steps)
 
-    return make_env
+    return make_env, env_id
 
 
 def is_user_task(name: str) -> bool:

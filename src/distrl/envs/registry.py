@@ -1,6 +1,7 @@
 """Task registry: a task name maps to an env factory and a default training configuration.
 
-Built-in tasks are the batched torch envs (``cartpole``, ``acrobot``, ``pendulum``) and the
+Built-in tasks are the batched torch envs (``cartpole``, ``acrobot``, ``pendulum``), Atari games
+through EnvPool (``atari-breakout``, ``atari-pong``, with the envpool extra) and the
 multi-task episodic suites (``reach10``; ``metaworld-mt10`` with the metaworld extra), which
 carry an ``EpisodicSuite`` and train with the episodic RLOO runner. Any registered
 Gymnasium id is available as ``gym:<Id>`` (built on demand, so the list below only shows examples).
@@ -160,6 +161,56 @@ def _pendulum_config(task: str, num_envs: int) -> Callable[[], TrainConfig]:
     )
 
 
+def _require_envpool(task: str) -> Callable[[], None]:
+    def check() -> None:
+        from distrl.envs.envpool_atari import INSTALL_HINT, envpool_installed
+
+        if not envpool_installed():
+            raise ValueError(f"task {task} needs the envpool extra, which is not installed: "
+                             f"{INSTALL_HINT}")  # fmt: skip
+
+    return check
+
+
+def _atari(game: str) -> Callable[[int, torch.device, int | None], VecEnv]:
+    """Factory of an EnvPool Atari env (``distrl.envs.envpool_atari``, imported when built)."""
+
+    def make(num_envs: int, device: torch.device, max_episode_steps: int | None = None) -> VecEnv:
+        from distrl.envs.envpool_atari import EnvPoolAtari
+
+        return EnvPoolAtari(game, num_envs, device, max_episode_steps)
+
+    return make
+
+
+def _atari_config(task: str) -> Callable[[], TrainConfig]:
+    """CleanRL's ppo_atari_envpool: 8 envs x 128 steps, 4 epochs of 4 minibatches, lr 2.5e-4
+    decayed linearly over 10M env steps (9,766 iterations of one rank), clip 0.1 (values too),
+    entropy 0.01, value 0.5, grad norm 0.5, gamma 0.99, lambda 0.95, the Nature CNN on raw
+    frames (no observation or reward normalization: rewards are clipped by the env). 8 envs
+    per rank: W ranks collect W x 8, so give ``--agent.total-timesteps 10000000`` for CleanRL's
+    budget on several (a default budget would override ``--agent.max-iterations`` silently)."""
+    return _config(
+        task,
+        num_envs=8,
+        policy=PolicyConfig(network="nature-cnn", obs_normalization=False),
+        num_steps=128,
+        max_iterations=9_766,
+        num_epochs=4,
+        num_minibatches=4,
+        learning_rate=2.5e-4,
+        lr_schedule="linear",
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_coef=0.1,
+        clip_vloss=True,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        norm_adv=True,
+    )
+
+
 _BUILTINS: dict[str, Task] = {
     t.name: t
     for t in (
@@ -232,6 +283,22 @@ _BUILTINS: dict[str, Task] = {
             "return ~-1400..~-150",
             make_env=Pendulum,
             default_config=_pendulum_config("pendulum", num_envs=256),
+        ),
+        Task(
+            name="atari-breakout",
+            description="Atari Breakout through EnvPool (CleanRL's preprocessing: 84x84 gray, "
+            "4 frames, episodic life, clipped rewards), nature-cnn; needs the envpool extra",
+            make_env=_atari("Breakout-v5"),
+            default_config=_atari_config("atari-breakout"),
+            preflight=_require_envpool("atari-breakout"),
+        ),
+        Task(
+            name="atari-pong",
+            description="Atari Pong through EnvPool (CleanRL's preprocessing), nature-cnn; "
+            "return -21..21; needs the envpool extra",
+            make_env=_atari("Pong-v5"),
+            default_config=_atari_config("atari-pong"),
+            preflight=_require_envpool("atari-pong"),
         ),
         Task(
             name="halfcheetah",

@@ -23,7 +23,7 @@ from distrl.envs.core import ActionSpace, ObsLayout
 from distrl.envs.gym import GymVecEnv, ObsSpec, _missing_dependency, check_spaces, resolve_env_id
 from distrl.policy import ActorCritic
 from distrl.policy import distributions as D
-from distrl.policy.encoders import MultiInputEncoder
+from distrl.policy.encoders import MultiInputEncoder, float32_from_bytes
 from distrl.storage.rollout import WINDOW, RolloutBuffer
 from tests.helpers import api_train
 
@@ -154,6 +154,22 @@ def test_dict_row_layout_is_read_back_by_the_multi_input_network() -> None:
     assert torch.equal(vectors, torch.cat([one_hot, torch.from_numpy(obs["pos"])], 1))
 
 
+def test_float32_bytes_are_read_back_bit_for_bit() -> None:
+    # arithmetic, not a view to another dtype, so that torch.jit.trace and ONNX take it
+    raw = torch.randint(0, 256, (4000, 64), generator=torch.Generator().manual_seed(0))
+    raw = raw.to(torch.uint8)
+    values = torch.cat([raw.view(torch.float32).reshape(-1), torch.tensor([0.0, -0.0, 1e-45])])
+    got = float32_from_bytes(values.view(torch.uint8).view(1, -1)).view(-1)
+    finite = torch.isfinite(values)
+    assert torch.equal(got[finite].view(torch.int32), values[finite].view(torch.int32))
+    assert torch.equal(torch.isnan(got), torch.isnan(values))
+    assert torch.equal(got[torch.isinf(values)], values[torch.isinf(values)])
+    with pytest.raises(ValueError, match="non-finite value in observation key 'pos'"):
+        ObsSpec("X-v0", DICT).rows(
+            {"pixels": np.zeros((1, 6, 5, 3), np.uint8), "pos": [[np.nan, 0]], "mode": [1]}, 1
+        )
+
+
 def test_dict_of_vectors_is_a_float_row() -> None:
     space = spaces.Dict({"a": spaces.Box(-1, 1, (2,)), "b": spaces.MultiBinary(3)})
     spec = ObsSpec("x", space)
@@ -234,6 +250,10 @@ def test_train_two_iterations(kind: str, tmp_path) -> None:
     assert record["iteration"] == 2 and record["env_steps"] == 64
     assert record["episode_return_mean"] is not None
     assert np.isfinite(record["loss/policy"]) and result.policy.obs_dtype == torch.uint8
+    # the exported actor reads the Dict row's bytes as the policy does (parity-checked)
+    exported = distrl.export(result.run_dir, "torchscript")
+    assert exported.max_abs_diff == 0.0 and exported.metadata["input"]["dtype"] == "uint8"
+    assert exported.metadata["output"]["nvec"] == [3, 2]
 
 
 # ---- refusals --------------------------------------------------------------------------------

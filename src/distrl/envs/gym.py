@@ -180,7 +180,7 @@ class ObsSpec:
     ``obs_shape``, ``obs_dtype``, ``obs_dim`` and ``rows(batch, n)`` -> numpy [n, obs_dim]."""
 
     def __init__(self, env_id: str, space: spaces.Space):
-        self.space = space
+        self.env_id, self.space = env_id, space
         self.obs_dtype = torch.float32
         self.kind = "vector"
         if isinstance(space, spaces.Dict):
@@ -243,7 +243,13 @@ class ObsSpec:
             if f.kind == "image":
                 x = self._image(obs[f.key], n, _image_chw(sub.shape or ())[1])
             else:
-                x = _vector_values(sub, obs[f.key], n).view(np.uint8)  # little-endian float32
+                values = _vector_values(sub, obs[f.key], n)
+                if not np.isfinite(values).all():  # bytes are never checked for NaN downstream
+                    raise ValueError(
+                        f"gym:{self.env_id} returned a non-finite value in observation key "
+                        f"{f.key!r}"
+                    )
+                x = values.view(np.uint8)  # float32 bytes, little-endian
             out[:, f.offset : f.offset + f.nbytes] = x
         return out
 

@@ -143,9 +143,27 @@ class MultiInputEncoder(nn.Module):
             raise ValueError(f"multi-input takes the env's uint8 rows, got {x.dtype}")
         feats = [cnn(x[:, a:b]) for cnn, (a, b) in zip(self.cnns, self.image_slices, strict=True)]
         a, b = self.vector_bytes
-        if b > a:  # float32 values stored as their bytes (little-endian, as every target)
-            feats.append(x[:, a:b].contiguous().view(torch.float32))
+        if b > a:  # float32 values stored as their bytes (little-endian)
+            feats.append(float32_from_bytes(x[:, a:b]))
         return torch.cat(feats, -1)
+
+
+def float32_from_bytes(x: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, 4k] holding k little-endian IEEE 754 float32 values each -> float32 [N, k],
+    bit for bit what ``x.view(torch.float32)`` gives, in arithmetic that torch.jit.trace and the
+    ONNX exporter take (they refuse a view to another dtype): value = (-1)^s x m x 2^e with the
+    24-bit significand m (exact in float32) and e from the exponent bits."""
+    b = x.reshape(x.shape[0], -1, 4).to(torch.int64)
+    bits = b[..., 0] + b[..., 1] * 256 + b[..., 2] * 65536 + b[..., 3] * 16777216
+    sign = 1.0 - 2.0 * (bits // 2147483648).to(torch.float32)
+    exponent = (bits // 8388608) % 256
+    mantissa = (bits % 8388608).to(torch.float32)
+    normal = exponent > 0
+    m = torch.where(normal, mantissa + 8388608.0, mantissa)
+    e = torch.where(normal, exponent - 150, torch.full_like(exponent, -149)).to(torch.float32)
+    value = sign * m * torch.pow(2.0, e)
+    special = torch.where(mantissa == 0, sign * torch.inf, torch.nan)  # exponent bits all 1
+    return torch.where(exponent == 255, special, value)
 
 
 def multi_input(obs_shape: tuple[int, ...]) -> nn.Module:

@@ -55,8 +55,12 @@ class _SpaceEnv(gymnasium.Env):
 
 _BOX = spaces.Box(-1.0, 1.0, (3,), np.float32)
 for env_id, obs_space, act_space in (
-    ("distrl-test/DictObs-v0", spaces.Dict({"pos": _BOX}), spaces.Discrete(2)),
-    ("distrl-test/MultiDiscreteAct-v0", _BOX, spaces.MultiDiscrete([3, 3])),
+    (
+        "distrl-test/DictTupleObs-v0",
+        spaces.Dict({"pos": _BOX, "pair": spaces.Tuple((spaces.Discrete(2), spaces.Discrete(3)))}),
+        spaces.Discrete(2),
+    ),
+    ("distrl-test/MatrixAct-v0", _BOX, spaces.Box(-1.0, 1.0, (2, 2), np.float32)),
 ):
     if env_id not in gymnasium.registry:
         gymnasium.register(
@@ -124,16 +128,18 @@ TABLE: list[tuple[str, list[str], str, dict]] = [
         {},
     ),
     (
-        "gym-dict-observation",
-        ["train", "gym:distrl-test/DictObs-v0"],
-        "has observation space Dict('pos': Box(-1.0, 1.0, (3,), float32)); distrl needs a Box "
-        "observation (wrap the env with e.g. gymnasium.wrappers.FlattenObservation",
+        "gym-dict-observation-with-a-tuple",
+        ["train", "gym:distrl-test/DictTupleObs-v0"],
+        "gym:distrl-test/DictTupleObs-v0 has observation key 'pair' of space Tuple(Discrete(2), "
+        "Discrete(3)); distrl takes Dict keys that are Box (images or vectors), Discrete, "
+        "MultiDiscrete or MultiBinary: flatten that key",
         {},
     ),
     (
-        "gym-multidiscrete-action",
-        ["train", "gym:distrl-test/MultiDiscreteAct-v0"],
-        "has action space MultiDiscrete([3 3]); distrl supports Discrete and 1-D Box actions",
+        "gym-matrix-action",
+        ["train", "gym:distrl-test/MatrixAct-v0"],
+        "has action space Box(-1.0, 1.0, (2, 2), float32); distrl supports Discrete, "
+        "MultiDiscrete and MultiBinary with 1-D shapes, and 1-D Box actions: wrap the env",
         {},
     ),
     (
@@ -373,7 +379,7 @@ TABLE: list[tuple[str, list[str], str, dict]] = [
         "unregistered-network",
         ["train", "cartpole", "--policy.network", "transformer"],
         "--policy.network 'transformer' is not registered in this process "
-        "(known: mlp, nature-cnn, minatar-cnn)",
+        "(known: mlp, nature-cnn, minatar-cnn, multi-input)",
         {},
     ),
     (

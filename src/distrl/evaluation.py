@@ -89,18 +89,20 @@ def evaluate(
                 break
             if before_step is not None:
                 before_step()
-            obs, rew, term, trunc, _ = env.step(policy.act_deterministic(obs, memory))
-            ep_ret += rew.to(torch.float64)
+            obs, rew, term, trunc, info = env.step(policy.act_deterministic(obs, memory))
+            done = term | trunc
+            # the env's score and whole episodes where it gives them (envs/core.py: Atari)
+            ended = info.get("episode_end", done)
+            ep_ret += info.get("score", rew).to(torch.float64)
             ep_len += 1
-            finished = (term | trunc) & (done_count < k)
+            finished = ended & (done_count < k)
             if finished.any():
                 idx = rows[finished]
                 returns[done_count[idx], idx] = ep_ret[idx]
                 lengths[done_count[idx], idx] = ep_len[idx]
                 done_count[idx] += 1
-            ended = term | trunc
-            if memory is not None:
-                memory.masked_fill_(ended.view(-1, 1, 1), 0.0)
+            if memory is not None:  # the memory restarts with every env episode (a life)
+                memory.masked_fill_(done.view(-1, 1, 1), 0.0)
             ep_ret[ended] = 0.0
             ep_len[ended] = 0
         else:

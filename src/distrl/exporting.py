@@ -129,6 +129,10 @@ def metadata(policy: ActorCritic, cfg: Any, manifest: dict, checkpoint: Path, fm
     obs_dim = policy.obs_dim
     if space.discrete:
         action = {"type": "discrete", "n": space.n, "shape": ["batch"], "dtype": "int64"}
+    elif space.categorical:
+        K = len(space.nvec)
+        action = {"type": "multi_discrete", "nvec": list(space.nvec), "shape": ["batch", K]}
+        action["dtype"] = "int64"
     else:
         action = {
             "type": "box",
@@ -164,7 +168,8 @@ def metadata(policy: ActorCritic, cfg: Any, manifest: dict, checkpoint: Path, fm
         },
         "observation_normalization": "baked in" if policy.normalizer.enabled else "none",
         "computes": "argmax of the actor's logits"
-        if space.discrete
+        + (" for each component" if space.categorical and not space.discrete else "")
+        if space.categorical
         else "the actor's mean, clipped to [low, high]",
     }
 
@@ -230,10 +235,15 @@ def export_policy(
 def _observations(policy: ActorCritic, n: int, seed: int) -> torch.Tensor:
     """Observations around what the policy saw in training: the normalizer's mean ± 3 std
     (standard normal where it is off), and a few far outside (where the normalizer clips);
-    random bytes for image policies."""
+    random bytes for image policies (standard normal values' bytes in a Dict row's vectors)."""
     g = torch.Generator().manual_seed(seed)
     if policy.obs_dtype == torch.uint8:
-        return torch.randint(0, 256, (n, policy.obs_dim), generator=g, dtype=torch.uint8)
+        obs = torch.randint(0, 256, (n, policy.obs_dim), generator=g, dtype=torch.uint8)
+        for f in getattr(policy.obs_shape, "fields", ()):  # an ObsLayout's vector parts hold
+            if f.kind == "vector":  # float32 values' bytes: standard normal ones, not NaNs
+                values = torch.randn(n, f.shape[0], generator=g)
+                obs[:, f.offset : f.offset + f.nbytes] = values.view(torch.uint8)
+        return obs
     norm = policy.normalizer
     z = torch.randn(n, policy.obs_dim, generator=g)
     z[: max(1, n // 16)] *= 20.0
@@ -346,19 +356,21 @@ def _compare(
     n: int,
 ) -> float:
     """The actions' largest |difference| (0 for discrete); raises ParityError past the
-    tolerance, or for a discrete action that differs where the checkpoint's two best logits
-    are not tied."""
+    tolerance, or for a discrete action (a multi-discrete action's component) that differs
+    where the checkpoint's two best logits (of that component) are not tied."""
     if theirs.shape != ours.shape or theirs.dtype != ours.dtype:
         raise ParityError(
             f"export check: {tool} returned {theirs.dtype} {tuple(theirs.shape)}, the "
             f"checkpoint policy {ours.dtype} {tuple(ours.shape)}"
         )
-    if policy.discrete:
-        top2 = logits.topk(2, dim=-1).values if logits.shape[-1] > 1 else None
-        wrong = theirs != ours
-        if top2 is not None:
-            wrong &= ~(top2[:, 0] - top2[:, 1] < TOLERANCE)
-        bad = int(wrong.sum())
+    if policy.categorical:
+        wrong = (theirs != ours).view(n, -1)
+        sizes = policy.action_space.sizes  # one or several choices' logits
+        for k, part in enumerate(logits.split(sizes, dim=-1)):
+            if part.shape[-1] > 1:  # a near-tie may go either way
+                top2 = part.topk(2, dim=-1).values
+                wrong[:, k] &= ~(top2[:, 0] - top2[:, 1] < TOLERANCE)
+        bad = int(wrong.any(-1).sum())
         if bad:
             raise ParityError(
                 f"export check: {tool} chose another action than the checkpoint for "

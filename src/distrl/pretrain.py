@@ -90,7 +90,7 @@ def clone(
     steps, ``mine`` [S] bool the ones of this rank's tasks. Fits the normalizer to all steps,
     then ``a.epochs`` of Adam on ``bc_loss`` (module docstring); returns the loss over all steps
     after each epoch (agreed: summed over ranks)."""
-    if policy.discrete:
+    if policy.categorical:
         raise ValueError("behaviour cloning here is for continuous actions")
     W = strategy.world_size
     moments = Moments.of(obs[mine]).to_flat() if bool(mine.any()) else _no_moments(obs)

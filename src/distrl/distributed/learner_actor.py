@@ -38,6 +38,7 @@ peer learner died tells its actors which one (ABORT) and stops.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import deque
 from typing import Any
@@ -91,7 +92,7 @@ class RolloutCodec:
         num_envs: int,
         obs_dim: int,
         act_numel: int,
-        num_actions: int = 0,
+        num_actions: int | tuple[int, ...] = 0,
         obs_dtype: torch.dtype = torch.float32,
         memory_numel: int = 0,
     ):
@@ -99,10 +100,13 @@ class RolloutCodec:
         rollout's start, and for the last observations) and episode starts, the last
         observations, the return moments (``Moments.to_flat``, float64 as 6 float32 words:
         zeros without reward scaling), the episode window. ``num_actions``: a discrete action
-        space's size (0: continuous). ``memory_numel``: one env's memory (0: none)."""
+        space's size, or each component's (``nvec``) for multi-discrete actions of
+        ``act_numel`` components (0 or (): continuous). ``memory_numel``: one env's memory
+        (0: none)."""
         T, N = num_steps, num_envs
         self.T, self.N, self.obs_dim, self.act_numel = T, N, obs_dim, act_numel
-        self.num_actions = num_actions
+        sizes = (num_actions,) * act_numel if isinstance(num_actions, int) else num_actions
+        self.num_actions = tuple(sizes) if any(sizes) else ()
         self.packed = obs_dtype == torch.uint8
         # name -> (elements, words on the wire)
         self.fields: dict[str, tuple[int, int]] = {}
@@ -118,6 +122,15 @@ class RolloutCodec:
         self.fields["window"] = (WINDOW * 3,) * 2
         self.numel = sum(words for _, words in self.fields.values())
 
+    @classmethod
+    def for_policy(cls, policy: Any, num_steps: int, num_envs: int) -> RolloutCodec:
+        """The codec of ``policy``'s (an ``ActorCritic``) rollouts of num_steps x num_envs."""
+        space = policy.action_space
+        act = math.prod(space.shape)  # 1 discrete, K multi-discrete, act_dim continuous
+        n = space.sizes if space.categorical else 0
+        memory = policy.initial_memory(1).numel()
+        return cls(num_steps, num_envs, policy.obs_dim, act, n, policy.obs_dtype, memory)
+
     def encode(self, source: Any, ret: torch.Tensor) -> torch.Tensor:
         """``source``: the actor's ``Collector`` (its buffer, last observations, memory and
         episode window)."""
@@ -132,7 +145,13 @@ class RolloutCodec:
                 flat.append(pack_bytes(part.cpu()))
             else:
                 flat.append(part.detach().reshape(-1).float().cpu())
-        return torch.cat(flat)
+        payload = torch.cat(flat)
+        if payload.numel() != self.numel:  # the learner would drop this actor for it
+            raise ValueError(
+                f"rollout of {payload.numel()} words, the codec's layout has {self.numel}: the "
+                f"buffer does not match the codec's shapes"
+            )
+        return payload
 
     def offset(self, name: str) -> int:
         """Where field ``name`` starts in the payload (in words)."""
@@ -141,14 +160,19 @@ class RolloutCodec:
 
     def problem(self, payload: torch.Tensor) -> str | None:
         """Why a received rollout cannot be trained on (None if it can): a discrete action
-        that is not an index of the action space would index out of the policy's logits."""
+        (or a multi-discrete action's component) that is not an index of its choices would
+        index out of the policy's logits."""
         if not self.num_actions:
             return None
         start = self.offset("actions")
-        actions = payload[start : start + self.fields["actions"][1]]
-        bad = (actions < 0) | (actions >= self.num_actions) | (actions != actions.round())
+        K = len(self.num_actions)
+        actions = payload[start : start + self.fields["actions"][1]].view(-1, K)
+        sizes = torch.tensor(self.num_actions, dtype=actions.dtype)
+        bad = (actions < 0) | (actions >= sizes) | (actions != actions.round())
         if bool(bad.any()):
-            return f"an action {float(actions[bad][0])} outside 0..{self.num_actions - 1}"
+            row, k = (int(i) for i in bad.nonzero()[0])
+            which = f"component {k} of " if K > 1 else ""
+            return f"{which}an action {float(actions[row, k])} outside 0..{self.num_actions[k] - 1}"
         return None
 
     def decode_into(
@@ -281,11 +305,7 @@ class LearnerActor(Collectives):
 
     def _codec(self, policy: Any) -> RolloutCodec:
         """``policy``: the runner's ``ActorCritic``."""
-        act = 1 if policy.discrete else policy.action_space.dim
-        n = policy.action_space.n if policy.discrete else 0
-        memory = policy.initial_memory(1).numel()
-        a, N = self.cfg.agent, self.cfg.env.num_envs
-        return RolloutCodec(a.num_steps, N, policy.obs_dim, act, n, policy.obs_dtype, memory)
+        return RolloutCodec.for_policy(policy, self.cfg.agent.num_steps, self.cfg.env.num_envs)
 
     # ---- the learners' collectives -------------------------------------------------------------
     # one all-reduce per minibatch among the learners (group = their new_group), as allreduce

@@ -29,9 +29,13 @@ def _expect(what: str, t: Any, shape: tuple[int, ...], dtype: torch.dtype, dev: 
 
 
 def random_actions(space: ActionSpace, n: int, device: torch.device, gen: torch.Generator):
-    """Uniform valid actions: [n] int64 (discrete) or [n, dim] float32 within the bounds."""
+    """Uniform valid actions: [n] int64 (discrete), [n, K] int64 (multi_discrete, component k
+    in 0..nvec[k]-1) or [n, dim] float32 within the bounds (continuous)."""
     if space.discrete:
         return torch.randint(space.n, (n,), generator=gen).to(device)
+    if space.categorical:
+        u = torch.rand(n, len(space.nvec), generator=gen)
+        return (u * torch.tensor(space.nvec)).long().to(device)
     low, high = torch.tensor(space.low), torch.tensor(space.high)
     u = torch.rand(n, len(space.low), generator=gen)
     return (low + u * (high - low)).float().to(device)
@@ -55,8 +59,16 @@ def check_env(env: VecEnv, steps: int = 64, seed: int = 0) -> None:
         raise ValueError(
             f"{name}.action_space must be distrl.envs.core.ActionSpace, got {type(space).__name__}"
         )
-    if space.discrete and space.n < 1 or not space.discrete and len(space.low) != len(space.high):
-        raise ValueError(f"{name}.action_space is malformed: {space}")
+    malformed = {
+        "discrete": space.n < 1,
+        "multi_discrete": not space.nvec or min(space.nvec) < 1,
+        "continuous": len(space.low) != len(space.high) or not space.low,
+    }
+    if malformed.get(space.kind, True):
+        raise ValueError(
+            f"{name}.action_space is malformed: {space} (kind discrete with n >= 1, "
+            f"multi_discrete with nvec of sizes >= 1, or continuous with low and high)"
+        )
     for attr, value in (("num_envs", n), ("obs_dim", obs_dim)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}.{attr} must be a positive int, got {value!r}")
@@ -89,6 +101,9 @@ def check_env(env: VecEnv, steps: int = 64, seed: int = 0) -> None:
                 f"episode; equal to obs where no episode ended)"
             )
         _expect(f"{at} info['final_obs']", info["final_obs"], (n, obs_dim), odt, device)
+        for key, dtype in (("score", torch.float32), ("episode_end", torch.bool)):
+            if key in info:  # optional episode statistics (envs/core.py)
+                _expect(f"{at} info[{key!r}]", info[key], (n,), dtype, device)
         running = ~(term | trunc)
         if not torch.equal(info["final_obs"][running], obs[running]):
             raise ValueError(

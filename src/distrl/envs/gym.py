@@ -6,12 +6,30 @@ otherwise (e.g. CartPole's native vector env only supports next-step autoreset) 
 run in a ``SyncVectorEnv`` with ``AutoresetMode.SAME_STEP``, which puts the observation that ended
 an episode into ``info["final_obs"]`` and the first observation of the next one into ``obs``,
 exactly the VecEnv contract. Numpy arrays are converted to torch tensors once per step.
+
+Observations (``ObsSpec``), each one flat row per env:
+  Box                 float32 values, flattened (any shape that is not an image)
+  image Box           uint8 bytes in (C, H, W) order, ``obs_shape`` (C, H, W), ``obs_dtype``
+                      uint8. An image is what Stable-Baselines3's ``is_image_space`` calls one:
+                      a uint8 Box with bounds 0 and 255 of 3 dimensions (or 2: one channel,
+                      which SB3 does not take). Channels first or last is decided as SB3 does
+                      (``is_image_space_channels_first``, ``VecTransposeImage``): channels first
+                      when the first dimension is the smallest, else channels last, moved first
+  Dict                with an image among its keys: uint8 rows laid out by an ``ObsLayout``
+                      (``envs/core.py``): the images' bytes, then each vector key's float32
+                      values as their raw bytes; ``--policy.network multi-input`` reads them
+                      (SB3's MultiInputPolicy). Without an image: the keys' float32 values side
+                      by side, a plain vector row. Vector keys: Box, Discrete and MultiDiscrete
+                      (one-hot, as SB3 preprocesses them), MultiBinary
+Actions: Discrete; MultiDiscrete (1-D ``nvec``) and MultiBinary as ``multi_discrete``; 1-D Box.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
+import math
 from typing import Any
 
 import gymnasium
@@ -21,18 +39,43 @@ from gymnasium import spaces
 from gymnasium.envs.registration import load_env_creator
 from gymnasium.vector import AutoresetMode
 
-from distrl.envs.core import ActionSpace, VecEnv
+from distrl.envs.core import ActionSpace, ObsLayout, VecEnv
+
+ATARI_HINT = (
+    "install distrl's atari extra (ale-py, the Arcade Learning Environment): pip install -c "
+    "constraints.txt -e '.[atari]'; or train Atari with the standard preprocessing through "
+    "EnvPool: distrl train atari-pong (the envpool extra: pip install -e '.[envpool]')"
+)
+BOX2D_HINT = (
+    "install Gymnasium's box2d extra (it builds box2d-py with swig): pip install swig && "
+    "pip install 'gymnasium[box2d]'"
+)
+MUJOCO_HINT = "install distrl's mujoco extra: pip install -c constraints.txt -e '.[mujoco]'"
+
+
+def _namespace(env_id: str) -> str | None:
+    return env_id.split("/", 1)[0] if "/" in env_id else None
 
 
 def resolve_env_id(env_id: str) -> str:
     """Validate a Gymnasium id and return it; ``"module:Id"`` imports ``module`` first (which
-    registers ``Id``), as ``gymnasium.make`` does. Unknown ids raise a ValueError naming close ids.
-    """
+    registers ``Id``), as ``gymnasium.make`` does; ``ALE/<Game>`` imports ale-py, which registers
+    the Atari games, and says which extra to install when it is missing. Unknown ids raise a
+    ValueError naming close ids."""
     if ":" in env_id:
         module, env_id = env_id.split(":", 1)
         importlib.import_module(module)
     if env_id in gymnasium.registry:
         return env_id
+    if _namespace(env_id) == "ALE":
+        try:
+            importlib.import_module("ale_py")  # registers ALE/<Game>-v5 with Gymnasium
+        except ImportError as e:
+            raise ValueError(
+                f"gym:{env_id} is an Atari game and ale-py is missing: {ATARI_HINT}"
+            ) from e
+        if env_id in gymnasium.registry:
+            return env_id
     close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=5, cutoff=0.5)
     hint = f" Did you mean {', '.join('gym:' + c for c in close)}?" if close else ""
     raise ValueError(
@@ -51,47 +94,215 @@ def _native_resets_same_step(env_id: str) -> bool:
     return metadata.get("autoreset_mode") == AutoresetMode.SAME_STEP
 
 
+# ---- actions -------------------------------------------------------------------------------
 def _action_space(env_id: str, space: spaces.Space) -> ActionSpace:
     if isinstance(space, spaces.Discrete):
         return ActionSpace("discrete", n=int(space.n))
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        return ActionSpace("multi_discrete", nvec=tuple(int(n) for n in space.nvec))
+    if isinstance(space, spaces.MultiBinary) and np.ndim(space.n) == 0:
+        return ActionSpace("multi_discrete", nvec=(2,) * int(space.n))  # type: ignore[arg-type]
     if isinstance(space, spaces.Box) and len(space.shape) == 1:
         low = tuple(float(v) for v in space.low)
         high = tuple(float(v) for v in space.high)
         return ActionSpace("continuous", low=low, high=high)
     raise ValueError(
-        f"gym:{env_id} has action space {space}; distrl supports Discrete and 1-D Box actions"
+        f"gym:{env_id} has action space {space}; distrl supports Discrete, MultiDiscrete and "
+        f"MultiBinary with 1-D shapes, and 1-D Box actions: wrap the env with a "
+        f"gymnasium.ActionWrapper that takes one of these (e.g. a flattened MultiDiscrete or "
+        f"Box) and register it (distrl.register_task(name, gym=factory))"
     )
 
 
-def _box_observation(env_id: str, space: spaces.Space) -> spaces.Box:
-    """``space`` if it is a Box (any shape: it is flattened); otherwise a ValueError."""
-    if not isinstance(space, spaces.Box):
-        raise ValueError(
-            f"gym:{env_id} has observation space {space}; distrl needs a Box observation "
-            f"(wrap the env with e.g. gymnasium.wrappers.FlattenObservation and register it)"
-        )
-    return space
+def _action_offset(space: spaces.Space) -> np.ndarray | None:
+    """What to add to the policy's 0-based actions: Discrete's and MultiDiscrete's ``start``
+    (None: nothing)."""
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete):
+        start = np.asarray(space.start)
+        return start if start.any() else None
+    return None
 
 
-def _missing_dependency(env_id: str, error: Exception) -> str:
+# ---- observations --------------------------------------------------------------------------
+def is_image(space: spaces.Space) -> bool:
+    """SB3's ``is_image_space`` (uint8 Box, bounds 0 and 255, 3 dimensions), 2 dimensions too."""
     return (
-        f"gym:{env_id} needs an optional dependency ({error}); for MuJoCo environments "
-        f"install distrl's mujoco extra: pip install 'distrl[mujoco]'"
+        isinstance(space, spaces.Box)
+        and space.dtype == np.uint8
+        and len(space.shape) in (2, 3)
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 255))
     )
+
+
+def _image_chw(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], bool]:
+    """((C, H, W), channels_last) of an image Box's shape (module docstring: SB3's rule)."""
+    if len(shape) == 2:
+        return (1, shape[0], shape[1]), False
+    if int(np.argmin(shape)) == 0:
+        return (shape[0], shape[1], shape[2]), False
+    return (shape[2], shape[0], shape[1]), True
+
+
+def _vector_width(env_id: str, key: str, space: spaces.Space) -> int:
+    """Float32 entries a Dict key takes as a vector; a ValueError for spaces distrl cannot."""
+    if isinstance(space, spaces.Box):
+        return int(math.prod(space.shape))
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(space.nvec.sum())
+    if isinstance(space, spaces.MultiBinary):
+        return int(np.prod(space.n))
+    raise ValueError(
+        f"gym:{env_id} has observation key {key!r} of space {space}; distrl takes Dict keys that "
+        f"are Box (images or vectors), Discrete, MultiDiscrete or MultiBinary: flatten that key "
+        f"(e.g. gymnasium.wrappers.FlattenObservation on a wrapper of it) and register the env"
+    )
+
+
+def _vector_values(space: spaces.Space, x: np.ndarray, n: int) -> np.ndarray:
+    """A batch [n, ...] of one vector key as float32 [n, width] (one-hot for Discrete)."""
+    if isinstance(space, spaces.Discrete):
+        idx = np.asarray(x).reshape(n) - int(space.start)
+        return np.eye(int(space.n), dtype=np.float32)[idx]
+    if isinstance(space, spaces.MultiDiscrete):
+        idx = np.asarray(x).reshape(n, -1) - np.asarray(space.start).reshape(1, -1)
+        nvec = space.nvec.reshape(-1)
+        return np.concatenate(
+            [np.eye(int(k), dtype=np.float32)[idx[:, j]] for j, k in enumerate(nvec)], axis=1
+        )
+    return np.asarray(x, dtype=np.float32).reshape(n, -1)
+
+
+class ObsSpec:
+    """How a Gymnasium observation space becomes distrl rows (module docstring):
+    ``obs_shape``, ``obs_dtype``, ``obs_dim`` and ``rows(batch, n)`` -> numpy [n, obs_dim]."""
+
+    def __init__(self, env_id: str, space: spaces.Space):
+        self.env_id, self.space = env_id, space
+        self.obs_dtype = torch.float32
+        self.kind = "vector"
+        if isinstance(space, spaces.Dict):
+            parts: list[tuple[str, str, tuple[int, ...]]] = []
+            for key, sub in space.spaces.items():
+                if is_image(sub):
+                    parts.append((str(key), "image", _image_chw(sub.shape or ())[0]))
+                else:
+                    parts.append((str(key), "vector", (_vector_width(env_id, key, sub),)))
+            if not parts:
+                raise ValueError(f"gym:{env_id} has an empty Dict observation space")
+            if any(kind == "image" for _, kind, _ in parts):
+                self.kind, self.obs_dtype = "dict", torch.uint8
+                self.layout = ObsLayout.of(parts)
+                self.obs_shape: tuple[int, ...] = self.layout
+            else:  # vectors only: one float32 row, the keys side by side
+                self.kind = "dict-vector"
+                self.obs_shape = (sum(shape[0] for _, _, shape in parts),)
+        elif is_image(space):
+            self.kind, self.obs_dtype = "image", torch.uint8
+            self.obs_shape, self.channels_last = _image_chw(space.shape or ())
+        elif isinstance(space, spaces.Box):
+            self.obs_shape = (int(math.prod(space.shape)),)
+        else:
+            raise ValueError(
+                f"gym:{env_id} has observation space {space}; distrl needs a Box observation "
+                f"(vectors or uint8 images) or a Dict of Box, Discrete, MultiDiscrete and "
+                f"MultiBinary keys (wrap the env with e.g. gymnasium.wrappers.FlattenObservation "
+                f"and register it: distrl.register_task(name, gym=factory))"
+            )
+        self.obs_dim = int(math.prod(self.obs_shape))
+
+    @property
+    def default_network(self) -> str:
+        """The built-in network for these observations: nature-cnn for images of at least
+        36x36, multi-input for smaller images and for Dicts with images, else mlp."""
+        if self.kind == "image":
+            _, h, w = self.obs_shape
+            return "nature-cnn" if min(h, w) >= 36 else "multi-input"
+        return "multi-input" if self.kind == "dict" else "mlp"
+
+    def _image(self, x: np.ndarray, n: int, channels_last: bool) -> np.ndarray:
+        x = np.asarray(x, dtype=np.uint8)
+        if channels_last:
+            x = x.transpose(0, 3, 1, 2)
+        return np.ascontiguousarray(x).reshape(n, -1)
+
+    def rows(self, obs: Any, n: int) -> np.ndarray:
+        """A batch of ``n`` Gymnasium observations as rows [n, obs_dim]."""
+        if self.kind == "vector":
+            return np.asarray(obs).reshape(n, self.obs_dim)
+        if self.kind == "image":
+            return self._image(obs, n, self.channels_last)
+        subs = self.space.spaces  # type: ignore[attr-defined]
+        if self.kind == "dict-vector":
+            return np.concatenate([_vector_values(subs[k], obs[k], n) for k in subs], axis=1)
+        out = np.zeros((n, self.obs_dim), dtype=np.uint8)
+        for f in self.layout.fields:
+            sub = subs[f.key]
+            if f.kind == "image":
+                x = self._image(obs[f.key], n, _image_chw(sub.shape or ())[1])
+            else:
+                values = _vector_values(sub, obs[f.key], n)
+                if not np.isfinite(values).all():  # bytes are never checked for NaN downstream
+                    raise ValueError(
+                        f"gym:{self.env_id} returned a non-finite value in observation key "
+                        f"{f.key!r}"
+                    )
+                x = values.view(np.uint8)  # float32 bytes, little-endian
+            out[:, f.offset : f.offset + f.nbytes] = x
+        return out
+
+
+# ---- missing dependencies ------------------------------------------------------------------
+def _missing_dependency(env_id: str, error: Exception) -> str:
+    """The refusal of an env whose optional dependency is missing, naming what to install
+    (found from the env's entry point: Gymnasium's box2d and mujoco envs, ale-py's games)."""
+    entry = str(gymnasium.spec(env_id).entry_point) if env_id in gymnasium.registry else ""
+    text = f"{entry} {error}".lower()
+    if "box2d" in text:
+        hint = BOX2D_HINT
+    elif "mujoco" in text:
+        hint = MUJOCO_HINT
+    elif "ale_py" in text or "ale-py" in text or _namespace(env_id) == "ALE":
+        hint = ATARI_HINT
+    else:
+        hint = "install the package it names"
+    return f"gym:{env_id} needs an optional dependency that is not installed ({error}); {hint}"
+
+
+def _make_one(env_id: str) -> gymnasium.Env:
+    try:
+        return gymnasium.make(env_id)
+    except (gymnasium.error.DependencyNotInstalled, ImportError) as e:
+        raise ValueError(_missing_dependency(env_id, e)) from e
 
 
 def check_spaces(env_id: str) -> None:
     """Refuse ``gym:<env_id>`` before training when ``GymVecEnv`` cannot step it: one env is
-    built and closed, and its observation space must be a Box and its action space Discrete or
-    a 1-D Box. A missing optional dependency (MuJoCo, Box2D) is a ValueError naming it too."""
+    built and closed, and its observation and action spaces must be ones the module docstring
+    lists. A missing optional dependency (MuJoCo, Box2D, ale-py) is a ValueError naming it."""
     env_id = resolve_env_id(env_id)
+    env = _make_one(env_id)
     try:
-        env = gymnasium.make(env_id)
-    except gymnasium.error.DependencyNotInstalled as e:
-        raise ValueError(_missing_dependency(env_id, e)) from e
-    try:
-        _box_observation(env_id, env.observation_space)
+        ObsSpec(env_id, env.observation_space)
         _action_space(env_id, env.action_space)
+    finally:
+        env.close()
+
+
+@functools.cache
+def default_network(env_id: str) -> str:
+    """The network a ``gym:<env_id>`` task trains by default (``ObsSpec.default_network``);
+    mlp when the env cannot be built here (the task's preflight then says why)."""
+    try:
+        env = gymnasium.make(resolve_env_id(env_id))
+    except Exception:
+        return "mlp"
+    try:
+        return ObsSpec(env_id, env.observation_space).default_network
+    except ValueError:
+        return "mlp"
     finally:
         env.close()
 
@@ -103,7 +314,7 @@ class GymVecEnv(VecEnv):
     sub-env i with seed + i). ``max_episode_steps`` overrides the registered time limit.
     ``render_mode`` is passed to every sub-env (``vector_env.render()`` then returns one frame
     each); it runs them in a ``SyncVectorEnv`` unless ``vectorization_mode`` says otherwise.
-    Non-flat Box observations are flattened to [N, obs_dim]. State cannot be saved: a resumed run
+    Observations become rows as the module docstring says. State cannot be saved: a resumed run
     starts fresh episodes.
     """
 
@@ -137,7 +348,7 @@ class GymVecEnv(VecEnv):
                 vector_kwargs=vector_kwargs,
                 **kwargs,
             )
-        except gymnasium.error.DependencyNotInstalled as e:
+        except (gymnasium.error.DependencyNotInstalled, ImportError) as e:
             raise ImportError(_missing_dependency(env_id, e)) from e
         mode = self.vector_env.metadata.get("autoreset_mode")
         if mode != AutoresetMode.SAME_STEP:
@@ -146,32 +357,32 @@ class GymVecEnv(VecEnv):
                 f"gym:{env_id} with vectorization_mode={vectorization_mode!r} resets with {mode}; "
                 f"distrl needs AutoresetMode.SAME_STEP (use vectorization_mode='sync')"
             )
-
         try:
-            obs_space = _box_observation(env_id, self.vector_env.single_observation_space)
+            self.obs_spec = ObsSpec(env_id, self.vector_env.single_observation_space)
+            self.action_space = _action_space(env_id, self.vector_env.single_action_space)
         except ValueError:
             self.vector_env.close()
             raise
         self.env_id = env_id
         self.num_envs = num_envs
         self.device = torch.device(device)
-        self.obs_dim = int(np.prod(obs_space.shape))
-        self.action_space = _action_space(env_id, self.vector_env.single_action_space)
+        self.obs_dim, self.obs_dtype = self.obs_spec.obs_dim, self.obs_spec.obs_dtype
         single_action_space = self.vector_env.single_action_space
         self._np_action_dtype = single_action_space.dtype
-        # Discrete(n, start=s) takes actions s..s+n-1; the policy emits 0..n-1.
-        self._action_offset = (
-            int(single_action_space.start)
-            if isinstance(single_action_space, spaces.Discrete)
-            else 0
-        )
+        # Discrete(n, start=s) takes actions s..s+n-1 (MultiDiscrete likewise per component);
+        # the policy emits 0..n-1.
+        self._action_offset = _action_offset(single_action_space)
         spec_limit = gymnasium.spec(env_id).max_episode_steps
         # None when the env has no time limit of its own.
         self.max_episode_steps = max_episode_steps if max_episode_steps is not None else spec_limit
         self._seed = seed
 
-    def _to_torch(self, obs: np.ndarray) -> torch.Tensor:
-        t = torch.as_tensor(obs.reshape(self.num_envs, self.obs_dim), dtype=torch.float32)
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return self.obs_spec.obs_shape
+
+    def _to_torch(self, obs: Any) -> torch.Tensor:
+        t = torch.as_tensor(self.obs_spec.rows(obs, self.num_envs), dtype=self.obs_dtype)
         return t.to(self.device)
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
@@ -180,21 +391,31 @@ class GymVecEnv(VecEnv):
         obs, _ = self.vector_env.reset(seed=seed)
         return self._to_torch(obs)
 
+    def _final_obs(self, obs: Any, info: dict[str, Any]) -> Any:
+        """``obs`` with the rows of ended episodes replaced by ``info["final_obs"]``'s (an object
+        array, set where ``info["_final_obs"]``), in the vector env's own format."""
+        ended = np.flatnonzero(info["_final_obs"])
+        if isinstance(obs, dict):
+            final = {k: v.copy() for k, v in obs.items()}
+            for i in ended:
+                for k in final:
+                    final[k][i] = info["final_obs"][i][k]
+            return final
+        final = obs.copy()
+        for i in ended:
+            final[i] = info["final_obs"][i]
+        return final
+
     def step(
         self, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         np_actions = actions.detach().cpu().numpy().astype(self._np_action_dtype, copy=False)
-        if self._action_offset:
+        if self._action_offset is not None:
             np_actions = np_actions + self._action_offset
         obs, reward, terminated, truncated, info = self.vector_env.step(np_actions)
-        final_obs = obs
-        if "final_obs" in info:
-            # SAME_STEP autoreset: info["final_obs"] is an object array, set where "_final_obs".
-            final_obs = obs.copy()
-            for i in np.flatnonzero(info["_final_obs"]):
-                final_obs[i] = info["final_obs"][i]
         obs_t = self._to_torch(obs)
-        final_t = obs_t if final_obs is obs else self._to_torch(final_obs)
+        # SAME_STEP autoreset: the observations that ended episodes are in info["final_obs"]
+        final_t = self._to_torch(self._final_obs(obs, info)) if "final_obs" in info else obs_t
         return (
             obs_t,
             torch.as_tensor(reward, dtype=torch.float32).to(self.device),

@@ -1,6 +1,7 @@
 """Task registry: a task name maps to an env factory and a default training configuration.
 
-Built-in tasks are the batched torch envs (``cartpole``, ``acrobot``, ``pendulum``) and the
+Built-in tasks are the batched torch envs (``cartpole``, ``acrobot``, ``pendulum``), Atari games
+through EnvPool (``atari-breakout``, ``atari-pong``, with the envpool extra) and the
 multi-task episodic suites (``reach10``; ``metaworld-mt10`` with the metaworld extra), which
 carry an ``EpisodicSuite`` and train with the episodic RLOO runner. Any registered
 Gymnasium id is available as ``gym:<Id>`` (built on demand, so the list below only shows examples).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -159,6 +161,56 @@ def _pendulum_config(task: str, num_envs: int) -> Callable[[], TrainConfig]:
     )
 
 
+def _require_envpool(task: str) -> Callable[[], None]:
+    def check() -> None:
+        from distrl.envs.envpool_atari import INSTALL_HINT, envpool_installed
+
+        if not envpool_installed():
+            raise ValueError(f"task {task} needs the envpool extra, which is not installed: "
+                             f"{INSTALL_HINT}")  # fmt: skip
+
+    return check
+
+
+def _atari(game: str) -> Callable[[int, torch.device, int | None], VecEnv]:
+    """Factory of an EnvPool Atari env (``distrl.envs.envpool_atari``, imported when built)."""
+
+    def make(num_envs: int, device: torch.device, max_episode_steps: int | None = None) -> VecEnv:
+        from distrl.envs.envpool_atari import EnvPoolAtari
+
+        return EnvPoolAtari(game, num_envs, device, max_episode_steps)
+
+    return make
+
+
+def _atari_config(task: str) -> Callable[[], TrainConfig]:
+    """CleanRL's ppo_atari_envpool: 8 envs x 128 steps, 4 epochs of 4 minibatches, lr 2.5e-4
+    decayed linearly over 10M env steps (9,766 iterations of one rank), clip 0.1 (values too),
+    entropy 0.01, value 0.5, grad norm 0.5, gamma 0.99, lambda 0.95, the Nature CNN on raw
+    frames (no observation or reward normalization: rewards are clipped by the env). 8 envs
+    per rank: W ranks collect W x 8, so give ``--agent.total-timesteps 10000000`` for CleanRL's
+    budget on several (a default budget would override ``--agent.max-iterations`` silently)."""
+    return _config(
+        task,
+        num_envs=8,
+        policy=PolicyConfig(network="nature-cnn", obs_normalization=False),
+        num_steps=128,
+        max_iterations=9_766,
+        num_epochs=4,
+        num_minibatches=4,
+        learning_rate=2.5e-4,
+        lr_schedule="linear",
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_coef=0.1,
+        clip_vloss=True,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        norm_adv=True,
+    )
+
+
 _BUILTINS: dict[str, Task] = {
     t.name: t
     for t in (
@@ -231,6 +283,22 @@ _BUILTINS: dict[str, Task] = {
             "return ~-1400..~-150",
             make_env=Pendulum,
             default_config=_pendulum_config("pendulum", num_envs=256),
+        ),
+        Task(
+            name="atari-breakout",
+            description="Atari Breakout through EnvPool (CleanRL's preprocessing: 84x84 gray, "
+            "4 frames, episodic life, clipped rewards), nature-cnn; needs the envpool extra",
+            make_env=_atari("Breakout-v5"),
+            default_config=_atari_config("atari-breakout"),
+            preflight=_require_envpool("atari-breakout"),
+        ),
+        Task(
+            name="atari-pong",
+            description="Atari Pong through EnvPool (CleanRL's preprocessing), nature-cnn; "
+            "return -21..21; needs the envpool extra",
+            make_env=_atari("Pong-v5"),
+            default_config=_atari_config("atari-pong"),
+            preflight=_require_envpool("atari-pong"),
         ),
         Task(
             name="halfcheetah",
@@ -454,17 +522,33 @@ def _gym_task(name: str, description: str | None = None) -> Task:
 
         check_spaces(env_id)
 
+    tuned = _GYM_CONFIGS.get(env_id)
     return Task(
         name=name,
         description=description or f"Gymnasium {env_id} through the Gymnasium adapter",
         make_env=make_env,
-        default_config=_GYM_CONFIGS.get(env_id, _gym_default)(name),
+        default_config=tuned(name) if tuned else _gym_default(name, env_id),
         preflight=preflight,
     )
 
 
-def _gym_default(name: str) -> Callable[[], TrainConfig]:
-    return _config(name, num_envs=8, num_steps=128, max_iterations=100)
+def _gym_default(name: str, env_id: str | None = None) -> Callable[[], TrainConfig]:
+    """8 envs x 128 steps, 100 iterations; the network that fits the env's observations
+    (``gym.default_network``: nature-cnn for images, multi-input for Dicts with images, mlp)
+    when ``env_id`` is given."""
+
+    def make() -> TrainConfig:
+        cfg = _config(name, num_envs=8, num_steps=128, max_iterations=100)()
+        if env_id is None:
+            return cfg
+        from distrl.envs.gym import default_network
+
+        network = default_network(env_id)
+        if network == cfg.policy.network:
+            return cfg
+        return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, network=network))
+
+    return make
 
 
 # Gymnasium ids whose tuned defaults we keep (the built-in twin's settings where one exists)
@@ -527,16 +611,25 @@ def register_task(
     hooks = tuple(hooks)
     if not all(isinstance(h, Hooks) for h in hooks):
         raise ValueError(f"register_task({name!r}): hooks must be distrl.Hooks instances")
+    config: Callable[[], TrainConfig]
+    if default_config is not None:
+        cfg = dataclasses.replace(default_config, task=name)
+        config = lambda: cfg  # noqa: E731 (frozen: sharing one instance is safe)
+    else:
+        cfg = TrainConfig(task=name)
+        config = lambda: cfg  # noqa: E731
     if gym is not None:
-        make_env = _gym_factory_env(name, gym, max_episode_steps)
+        make_env, env_id = _gym_factory_env(name, gym, max_episode_steps)
+        if default_config is None:
+            # the env's network (images, Dicts) is found by building one env, once, when the
+            # config is first asked for rather than at registration
+            config = functools.cache(_gym_default(name, env_id))
     assert make_env is not None
-    base = default_config or (_gym_default(name)() if gym is not None else TrainConfig(task=name))
-    cfg = dataclasses.replace(base, task=name)
     task = Task(
         name=name,
         description=description or f"registered by {getattr(factory, '__module__', '?')}",
         make_env=make_env,
-        default_config=lambda: cfg,  # frozen: sharing one instance is safe
+        default_config=config,
         hooks=hooks,
     )
     _USER[name] = task
@@ -545,19 +638,23 @@ def register_task(
 
 def _gym_factory_env(
     name: str, factory: Callable[..., Any], max_episode_steps: int | None
-) -> Callable[[int, torch.device, int | None], VecEnv]:
-    """Register ``factory`` with Gymnasium under its own id and step it like ``gym:<Id>``."""
+) -> tuple[Callable[[int, torch.device, int | None], VecEnv], str]:
+    """Register ``factory`` with Gymnasium under its own id and step it like ``gym:<Id>``;
+    returns the factory of its VecEnv and the id."""
     import gymnasium
+
+    from distrl.envs.gym import default_network
 
     env_id = f"distrl-user/{''.join(c if c.isalnum() or c in '_.' else '_' for c in name)}"
     gymnasium.register(env_id, entry_point=factory, max_episode_steps=max_episode_steps)
+    default_network.cache_clear()  # the id may have been registered before with another env
 
     def make_env(num_envs: int, device: torch.device, max_steps: int | None = None) -> VecEnv:
         from distrl.envs.gym import GymVecEnv
 
         return GymVecEnv(env_id, num_envs, device, max_episode_steps=max_steps)
 
-    return make_env
+    return make_env, env_id
 
 
 def is_user_task(name: str) -> bool:

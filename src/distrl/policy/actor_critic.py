@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from distrl.config import PolicyConfig
-from distrl.envs.core import ActionSpace, VecEnv
+from distrl.envs.core import ActionSpace, ObsLayout, VecEnv
 from distrl.policy import distributions as D
 from distrl.policy import networks
 from distrl.policy.encoders import Recurrent
@@ -128,11 +128,16 @@ class ActorCritic(nn.Module):
     ):
         super().__init__()
         self.obs_dim, self.obs_dtype = obs_dim, obs_dtype
-        self.obs_shape = tuple(obs_shape) if obs_shape else (obs_dim,)
+        # an ObsLayout (rows of several parts) stays one: the encoder reads its fields
+        self.obs_shape = (
+            obs_shape if isinstance(obs_shape, ObsLayout) else tuple(obs_shape or (obs_dim,))
+        )
         if math.prod(self.obs_shape) != obs_dim:
             raise ValueError(f"observation shape {self.obs_shape} does not hold {obs_dim} entries")
         self.action_space = action_space
         self.discrete = action_space.discrete
+        self.categorical = action_space.categorical  # discrete or multi_discrete
+        self.nvec = action_space.nvec  # multi_discrete: each choice's size (its logits)
         self.encoder = networks.build_encoder(cfg, self.obs_shape)
         normalize = cfg.obs_normalization and self.encoder is None
         self.normalizer = RunningNorm(obs_dim if self.encoder is None else 0, enabled=normalize)
@@ -163,7 +168,7 @@ class ActorCritic(nn.Module):
             _probe(cfg.network, "critic", self.critic, x, (2, max(cfg.popart_tasks, 1)), what)
         if self.popart is not None:
             self.value_head()  # refuses a critic that does not end in a [tasks]-output Linear
-        if not self.discrete:
+        if not self.categorical:
             self.log_std = nn.Parameter(torch.full((action_space.dim,), cfg.init_log_std))
             self.register_buffer("action_low", torch.tensor(action_space.low))
             self.register_buffer("action_high", torch.tensor(action_space.high))
@@ -249,13 +254,15 @@ class ActorCritic(nn.Module):
         value = self._values(self.critic(x), obs)
         if self.discrete:
             actions, logp = D.categorical_sample(out)
+        elif self.nvec:
+            actions, logp = D.multi_categorical_sample(out, self.nvec)
         else:
             actions, logp = D.gaussian_sample(out, self.log_std.expand_as(out), eps)
         return actions, logp, value
 
     def env_action(self, actions: torch.Tensor) -> torch.Tensor:
         """What the env receives: continuous actions clipped to the action bounds."""
-        if self.discrete:
+        if self.categorical:
             return actions
         return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
 
@@ -266,6 +273,8 @@ class ActorCritic(nn.Module):
         without side effects (what an exported file computes)."""
         x, new_memory = self._inputs(obs, memory)
         out = self.actor(x)
+        if self.nvec:  # multi-discrete: each choice's most likely value
+            return D.multi_categorical_mode(out, self.nvec), out, new_memory
         return self.env_action(out.argmax(-1) if self.discrete else out), out, new_memory
 
     def act_deterministic(
@@ -293,6 +302,8 @@ class ActorCritic(nn.Module):
         value = self._values(self.critic(x), obs)
         if self.discrete:
             logp, ent = D.categorical_logprob_entropy(out, actions)
+        elif self.nvec:
+            logp, ent = D.multi_categorical_logprob_entropy(out, actions, self.nvec)
         else:
             logp, ent = D.gaussian_logprob_entropy(out, self.log_std.expand_as(out), actions)
         return logp, ent, value

@@ -1,8 +1,11 @@
 """Action distributions as plain tensor functions (no ``torch.distributions`` in the hot path).
 
 Categorical sampling by inverse CDF: a = #{k < K-1 : cdf_k < u}, u ~ U(0, 1), which is exact and
-costs one softmax, one cumsum and one comparison. Diagonal Gaussian: a = mu + sigma * eps, eps
-white by default, or given (``powerlaw_noise``: correlated in time, still N(0, 1) at each step).
+costs one softmax, one cumsum and one comparison. Multi-discrete actions (K independent choices of
+sizes nvec) take their logits side by side, [N, sum(nvec)]: the distribution is the product of
+the K categoricals, so log pi(a|s) = sum_k log pi_k(a_k|s) and the entropy is the sum of theirs.
+Diagonal Gaussian: a = mu + sigma * eps, eps white by default, or given (``powerlaw_noise``:
+correlated in time, still N(0, 1) at each step).
 """
 
 from __future__ import annotations
@@ -30,6 +33,33 @@ def categorical_logprob_entropy(
     logp = torch.log_softmax(logits, dim=-1)
     entropy = -(logp.exp() * logp).sum(-1)
     return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), entropy
+
+
+def multi_categorical_sample(
+    logits: torch.Tensor, nvec: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample actions [N, K] (int64) and their log-probabilities [N] (the sum over the K
+    choices) from logits [N, sum(nvec)], the k-th choice's nvec[k] logits side by side."""
+    parts = [categorical_sample(x) for x in logits.split(nvec, dim=-1)]
+    actions = torch.stack([a for a, _ in parts], -1)
+    return actions, torch.stack([lp for _, lp in parts], -1).sum(-1)
+
+
+def multi_categorical_logprob_entropy(
+    logits: torch.Tensor, actions: torch.Tensor, nvec: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(a|s) [N] and entropy [N] of the product of K categoricals: logits
+    [N, sum(nvec)], actions [N, K]; both are sums over the choices."""
+    logp = entropy = torch.zeros((), device=logits.device)
+    for k, x in enumerate(logits.split(nvec, dim=-1)):
+        lp, ent = categorical_logprob_entropy(x, actions[..., k])
+        logp, entropy = logp + lp, entropy + ent
+    return logp, entropy
+
+
+def multi_categorical_mode(logits: torch.Tensor, nvec: tuple[int, ...]) -> torch.Tensor:
+    """The most likely action [N, K]: each choice's argmax."""
+    return torch.stack([x.argmax(-1) for x in logits.split(nvec, dim=-1)], -1)
 
 
 def gaussian_sample(

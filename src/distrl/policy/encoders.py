@@ -11,8 +11,16 @@ through the running observation normalizer. Built in:
                pixels scaled by 1/255
   minatar-cnn  MinAtar's network (Young & Tian 2019): conv 16x3x3/1, then 128 units; the
                grids are 0/1 already, so no scaling
+  multi-input  for observations of several parts (a Gymnasium Dict: ``envs.core.ObsLayout``),
+               as Stable-Baselines3's MultiInputPolicy (its CombinedExtractor): a CNN per image
+               part (the nature-cnn's convolutions and 256 units for images of at least 36x36,
+               minatar-cnn's conv and 128 units below that; pixels scaled by 1/255), the vector
+               parts' float32 values (read back from their bytes) beside the CNN features; then
+               the ``--policy.actor-hidden``/``--policy.critic-hidden`` MLPs as heads (SB3's
+               default [64, 64] tanh). An image-only env works too (one image part).
 
-Both feed linear actor and critic heads (gains 0.01 and 1, as CleanRL), sharing the trunk.
+nature-cnn and minatar-cnn feed linear actor and critic heads (gains 0.01 and 1, as CleanRL),
+sharing the trunk.
 
 The recurrent core (``Recurrent``, ``--policy.recurrent lstm|gru``) follows the encoder (the
 normalized observations for ``mlp``) and is shared by the heads. Its memory, [N, 2, H] for an
@@ -27,6 +35,8 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+
+from distrl.envs.core import ObsLayout
 
 
 def _init(layer: nn.Module, gain: float = math.sqrt(2.0)) -> nn.Module:
@@ -80,6 +90,84 @@ def nature_cnn(obs_shape: tuple[int, ...]) -> nn.Module:
 
 def minatar_cnn(obs_shape: tuple[int, ...]) -> nn.Module:
     return ConvEncoder(obs_shape, ((16, 3, 1),), 128, 1.0)
+
+
+NATURE_MIN_SIDE = 36
+"""The smallest image side nature-cnn's convolutions take (8/4, 4/2, 3/1 leave 1x1 at 36)."""
+
+
+class MultiInputEncoder(nn.Module):
+    """Rows of several parts (``ObsLayout``: uint8 bytes, images first, then the vectors'
+    float32 bytes) -> features [N, sum of the image CNNs' outputs + vector entries]."""
+
+    def __init__(self, obs_shape: tuple[int, ...]):
+        super().__init__()
+        if isinstance(obs_shape, ObsLayout):
+            layout = obs_shape
+        elif len(obs_shape) == 3:  # one image, the whole row
+            layout = ObsLayout.of([("image", "image", tuple(obs_shape))])
+        else:
+            raise ValueError(
+                f"--policy.network multi-input takes Dict observations (images and vectors) or "
+                f"images; this env's observations are vectors of shape {tuple(obs_shape)}: use "
+                f"--policy.network mlp"
+            )
+        self.row_bytes = layout.nbytes
+        images = [f for f in layout.fields if f.kind == "image"]
+        vectors = [f for f in layout.fields if f.kind == "vector"]
+        self.image_slices = [(f.offset, f.offset + f.nbytes) for f in images]
+        cnns = []
+        for f in images:
+            _, h, w = f.shape
+            if min(h, w) >= NATURE_MIN_SIDE:
+                cnns.append(
+                    ConvEncoder(f.shape, ((32, 8, 4), (64, 4, 2), (64, 3, 1)), 256, 1.0 / 255.0)
+                )
+            elif min(h, w) >= 3:
+                cnns.append(ConvEncoder(f.shape, ((16, 3, 1),), 128, 1.0 / 255.0))
+            else:
+                raise ValueError(
+                    f"observation key {f.key!r} is an image of {h}x{w}, smaller than the 3x3 "
+                    f"convolution of multi-input's smallest CNN; make it a vector (a Box of "
+                    f"float32) or register a network for it"
+                )
+        self.cnns = nn.ModuleList(cnns)
+        # the vectors lie side by side at the end of the row (each a multiple of 4 bytes)
+        start = vectors[0].offset if vectors else 0
+        end = vectors[-1].offset + vectors[-1].nbytes if vectors else 0
+        self.vector_bytes = (start, end)
+        self.out_features = sum(c.out_features for c in cnns) + (end - start) // 4
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.uint8:
+            raise ValueError(f"multi-input takes the env's uint8 rows, got {x.dtype}")
+        feats = [cnn(x[:, a:b]) for cnn, (a, b) in zip(self.cnns, self.image_slices, strict=True)]
+        a, b = self.vector_bytes
+        if b > a:  # float32 values stored as their bytes (little-endian)
+            feats.append(float32_from_bytes(x[:, a:b]))
+        return torch.cat(feats, -1)
+
+
+def float32_from_bytes(x: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, 4k] holding k little-endian IEEE 754 float32 values each -> float32 [N, k],
+    bit for bit what ``x.view(torch.float32)`` gives, in arithmetic that torch.jit.trace and the
+    ONNX exporter take (they refuse a view to another dtype): value = (-1)^s x m x 2^e with the
+    24-bit significand m (exact in float32) and e from the exponent bits."""
+    b = x.reshape(x.shape[0], -1, 4).to(torch.int64)
+    bits = b[..., 0] + b[..., 1] * 256 + b[..., 2] * 65536 + b[..., 3] * 16777216
+    sign = 1.0 - 2.0 * (bits // 2147483648).to(torch.float32)
+    exponent = (bits // 8388608) % 256
+    mantissa = (bits % 8388608).to(torch.float32)
+    normal = exponent > 0
+    m = torch.where(normal, mantissa + 8388608.0, mantissa)
+    e = torch.where(normal, exponent - 150, torch.full_like(exponent, -149)).to(torch.float32)
+    value = sign * m * torch.pow(2.0, e)
+    special = torch.where(mantissa == 0, sign * torch.inf, torch.nan)  # exponent bits all 1
+    return torch.where(exponent == 255, special, value)
+
+
+def multi_input(obs_shape: tuple[int, ...]) -> nn.Module:
+    return MultiInputEncoder(obs_shape)
 
 
 def linear_head(gain: float) -> Callable[..., nn.Module]:

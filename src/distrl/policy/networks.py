@@ -18,7 +18,10 @@ with the parameters), the action distribution, clipping continuous actions to th
 and the optional return scaling. So a network never sees raw observations and never samples.
 ``--policy.network NAME`` (``PolicyConfig.network``) picks one; ``mlp`` (the default) builds the
 ``--policy.actor-hidden``/``--policy.critic-hidden`` MLPs with orthogonal initialization;
-``nature-cnn`` and ``minatar-cnn`` are the built-in image networks (``policy/encoders.py``).
+``nature-cnn`` and ``minatar-cnn`` are the built-in image networks and ``multi-input`` the one
+for Dict observations of images and vectors (``policy/encoders.py``). A Dict env's rows are bytes
+whose ``obs_shape`` is an ``envs.core.ObsLayout``: a registered encoder receives that layout as
+its ``obs_shape`` and reads each part's slice of the row from its fields.
 
 Registrations live in the process that makes them: a script that registers a network and is
 started by torchrun registers it in every rank, as every rank runs the script.
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from distrl.config import PolicyConfig
+from distrl.envs.core import ObsLayout
 from distrl.policy import encoders
 
 
@@ -41,9 +45,12 @@ class Network:
     and optionally of a shared encoder ``encoder(obs_shape)`` whose features [N, F] the bodies
     take instead of the observations (they are then called with F as their input width)."""
 
-    actor: Callable[..., nn.Module]
-    critic: Callable[..., nn.Module]
+    actor: Callable[..., nn.Module] | None
+    critic: Callable[..., nn.Module] | None
     encoder: Callable[[tuple[int, ...]], nn.Module] | None = None
+    mlp_heads: bool = False
+    """The heads are the ``--policy.actor-hidden``/``--policy.critic-hidden`` MLPs on the
+    encoder's features (``actor``/``critic`` unused): multi-input, as SB3's MultiInputPolicy."""
 
 
 _BUILT_IN: dict[str, Network] = {
@@ -53,7 +60,9 @@ _BUILT_IN: dict[str, Network] = {
     "minatar-cnn": Network(
         encoders.linear_head(0.01), encoders.linear_head(1.0), encoders.minatar_cnn
     ),
+    "multi-input": Network(None, None, encoders.multi_input, mlp_heads=True),
 }
+_IMAGE_ONLY = ("nature-cnn", "minatar-cnn")
 _NETWORKS: dict[str, Network] = dict(_BUILT_IN)
 
 
@@ -113,6 +122,13 @@ def _module(name: str, role: str, module: object) -> nn.Module:
 def build_encoder(cfg: PolicyConfig, obs_shape: tuple[int, ...]) -> nn.Module | None:
     """The shared encoder of ``cfg.network`` for observations of ``obs_shape`` (None: the
     bodies take the normalized observations themselves)."""
+    if isinstance(obs_shape, ObsLayout) and (cfg.network == "mlp" or cfg.network in _IMAGE_ONLY):
+        raise ValueError(
+            f"this env's observations have several parts ({obs_shape!r}), packed as bytes in "
+            f"one row; --policy.network {cfg.network} cannot read them: use --policy.network "
+            f"multi-input (a CNN per image, the vectors beside its features), or a network "
+            f"registered for them (its encoder receives the layout)"
+        )
     if cfg.network == "mlp":
         return None
     check_network(cfg.network)
@@ -131,13 +147,14 @@ def build(
     ``actor_critic`` so that this module does not import it). With PopArt
     (``cfg.popart_tasks``) the critic has one output per task."""
     values = max(cfg.popart_tasks, 1)
-    if cfg.network == "mlp":
+    if cfg.network == "mlp" or (cfg.network in _BUILT_IN and _BUILT_IN[cfg.network].mlp_heads):
         return (
             mlp(in_features, cfg.actor_hidden, action_dim, cfg.activation, 0.01),
             mlp(in_features, cfg.critic_hidden, values, cfg.activation, 1.0),
         )
     check_network(cfg.network)
     net = _NETWORKS[cfg.network]
+    assert net.actor is not None and net.critic is not None  # register_network requires them
     critic = (
         net.critic(in_features, values) if cfg.network in _BUILT_IN else net.critic(in_features)
     )

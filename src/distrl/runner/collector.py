@@ -52,6 +52,8 @@ class Collector:
         self.ep_length = torch.zeros(N, **z)
         self.done_return = torch.zeros(num_steps, N, **z)
         self.done_length = torch.zeros(num_steps, N, **z)
+        # where whole episodes ended (info["episode_end"]; else terminated | truncated)
+        self.episode_end = torch.zeros(num_steps, N, dtype=torch.bool, **z)
         # window rows: (return, length, completion key); key -1 marks an empty slot
         self.window = torch.full((WINDOW, 3), -1.0, **z)
         self.last_rollout_time = 0.0
@@ -97,12 +99,16 @@ class Collector:
             self.starts = done
             if recurrent:
                 memory.masked_fill_(done.view(-1, 1, 1), 0.0)
-            self.ep_return += reward
+            # episode statistics: of the env's score and whole episodes where it gives them
+            # (envs/core.py: Atari's raw score over games, not clipped rewards over lives)
+            ended = info.get("episode_end", done)
+            self.ep_return += info.get("score", reward)
             self.ep_length += 1
             self.done_return[t] = self.ep_return
             self.done_length[t] = self.ep_length
-            self.ep_return.masked_fill_(done, 0.0)
-            self.ep_length.masked_fill_(done, 0.0)
+            self.episode_end[t] = ended
+            self.ep_return.masked_fill_(ended, 0.0)
+            self.ep_length.masked_fill_(ended, 0.0)
             if scale is not None:
                 G.masked_fill_(done, 0.0)
             obs = next_obs
@@ -160,7 +166,7 @@ class Collector:
         """Add the episodes that ended in this rollout to the window; returns it, [WINDOW, 3]
         rows of (return, length, completion key), the key ordering completions across ranks."""
         T = self.buffer.num_steps
-        mask = self.buffer.terminated | self.buffer.truncated  # episodes that ended
+        mask = self.episode_end  # episodes that ended
         if mask.any():
             key = iteration * T + torch.arange(T, device=mask.device, dtype=torch.float32)
             key = key.unsqueeze(1).expand_as(mask)
@@ -264,14 +270,13 @@ def rollout_buffer(
     """A [num_steps, num_envs] buffer for ``env``'s observations and actions and ``policy``'s
     memory."""
     space = env.action_space
-    act_shape = () if space.discrete else (space.dim,)
     memory = tuple(policy.initial_memory(1).shape[1:])
     return RolloutBuffer(
         num_steps,
         num_envs,
         env.obs_dim,
-        act_shape,
-        space.discrete,
+        space.shape,  # () discrete, (K,) multi_discrete, (act_dim,) continuous
+        space.categorical,
         device,
         policy.obs_dtype,
         memory,

@@ -76,7 +76,7 @@ class EpisodicRunner(Runner):
         states = {t: e.num_init_states for t, e in self.envs.items()}
         self.schedule = TaskSchedule(shard, states) if shard else None  # None: the server
         self.policy = ActorCritic.for_env(env, cfg.policy)
-        if self.policy.discrete and self.mt.noise_beta > 0:
+        if self.policy.categorical and self.mt.noise_beta > 0:
             raise ValueError(
                 f"--multitask.noise-beta {self.mt.noise_beta} colours a Gaussian policy's noise; "
                 f"{cfg.task}'s actions are discrete: leave it at 0"

@@ -50,7 +50,7 @@ class RolloutBuffer:
         num_envs: int,
         obs_dim: int,
         action_shape: tuple[int, ...],
-        discrete: bool,
+        discrete: bool,  # integer actions (discrete or multi_discrete): int64
         device: torch.device,
         obs_dtype: torch.dtype = torch.float32,
         memory_shape: tuple[int, ...] = (0, 0),

@@ -82,14 +82,16 @@ def evaluate(
     returns = torch.zeros(k, n, dtype=torch.float64, device=device)
     lengths = torch.zeros(k, n, dtype=torch.int64, device=device)
     rows = torch.arange(n, device=device)
-    memory = policy.initial_memory(n) if policy.recurrent else None
+    # (a policy object of the user's own, without the recurrent API, is memoryless)
+    memory = policy.initial_memory(n) if getattr(policy, "recurrent", False) else None
     with torch.no_grad():
         for _ in range(limit):
             if bool((done_count >= k).all()):
                 break
             if before_step is not None:
                 before_step()
-            obs, rew, term, trunc, info = env.step(policy.act_deterministic(obs, memory))
+            memory_arg = () if memory is None else (memory,)
+            obs, rew, term, trunc, info = env.step(policy.act_deterministic(obs, *memory_arg))
             done = term | trunc
             # the env's score and whole episodes where it gives them (envs/core.py: Atari)
             ended = info.get("episode_end", done)

@@ -239,6 +239,28 @@ _BUILTINS: dict[str, Task] = {
             ),
         ),
         Task(
+            name="acrobot",
+            description="Acrobot-v1 swing-up (discrete 3), batched torch; return -500..~-60",
+            make_env=Acrobot,
+            default_config=_config(
+                "acrobot",
+                num_envs=256,
+                num_steps=32,
+                num_epochs=5,
+                num_minibatches=4,
+                learning_rate=1e-3,
+                gamma=0.99,
+                max_iterations=200,
+            ),
+        ),
+        Task(
+            name="pendulum",
+            description="Pendulum-v1 swing-up (continuous 1-D torque), batched torch; "
+            "return ~-1400..~-150",
+            make_env=Pendulum,
+            default_config=_pendulum_config("pendulum", num_envs=256),
+        ),
+        Task(
             name="cartpole-novel",
             description="CartPole-v1 with the velocities hidden (obs x, theta): needs memory; "
             "recurrent LSTM policy",
@@ -261,28 +283,6 @@ _BUILTINS: dict[str, Task] = {
                 clip_vloss=False,
                 max_iterations=150,
             ),
-        ),
-        Task(
-            name="acrobot",
-            description="Acrobot-v1 swing-up (discrete 3), batched torch; return -500..~-60",
-            make_env=Acrobot,
-            default_config=_config(
-                "acrobot",
-                num_envs=256,
-                num_steps=32,
-                num_epochs=5,
-                num_minibatches=4,
-                learning_rate=1e-3,
-                gamma=0.99,
-                max_iterations=200,
-            ),
-        ),
-        Task(
-            name="pendulum",
-            description="Pendulum-v1 swing-up (continuous 1-D torque), batched torch; "
-            "return ~-1400..~-150",
-            make_env=Pendulum,
-            default_config=_pendulum_config("pendulum", num_envs=256),
         ),
         Task(
             name="atari-breakout",

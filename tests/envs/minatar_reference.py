@@ -128,6 +128,11 @@ def from_ref(game: str, e: Any) -> dict[str, Any]:
     return _FROM_REF[game](e)
 
 
+def _bit_rows(grid: Any) -> np.ndarray:
+    """A 10x10 grid as our bit rows: bit x of row y set when cell (y, x) is."""
+    return ((np.asarray(grid) != 0) * (1 << np.arange(10))).sum(1)
+
+
 def _breakout(e: Any) -> dict[str, Any]:
     return {
         "ball_x": e.ball_x,
@@ -137,7 +142,7 @@ def _breakout(e: Any) -> dict[str, Any]:
         "last_x": e.last_x,
         "last_y": e.last_y,
         "strike": e.strike,
-        "bricks": np.asarray(e.brick_map).reshape(100) != 0,
+        "bricks": _bit_rows(e.brick_map),
     }
 
 
@@ -173,9 +178,9 @@ def _freeway(e: Any) -> dict[str, Any]:
 def _space_invaders(e: Any) -> dict[str, Any]:
     return {
         "pos": e.pos,
-        "f_bullets": np.asarray(e.f_bullet_map) != 0,
-        "e_bullets": np.asarray(e.e_bullet_map) != 0,
-        "aliens": np.asarray(e.alien_map) != 0,
+        "f_bullets": _bit_rows(e.f_bullet_map),
+        "e_bullets": _bit_rows(e.e_bullet_map),
+        "aliens": _bit_rows(e.alien_map),
         "alien_dir": e.alien_dir,
         "move_interval": e.enemy_move_interval,
         "alien_move_timer": e.alien_move_timer,
@@ -253,11 +258,11 @@ def write_row(state: dict[str, torch.Tensor], row: int, values: dict[str, Any]) 
         t[row] = torch.as_tensor(np.asarray(values[name]), dtype=t.dtype).reshape(t[row].shape)
 
 
-def canonical(game: str, state: dict[str, torch.Tensor], row: int) -> dict[str, Any]:
-    """Row ``row`` of a batched state as comparable values, without what the reference cannot
-    show: the fields of empty slots, and for Seaquest the enemies' slots and spawn numbers (each
-    of the fish and subs becomes a list in list order, as the reference holds them)."""
-    r = {name: t[row].cpu().numpy() for name, t in state.items()}
+def canonical(game: str, row: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One env's state (numpy values per field) as comparable values, without what the reference
+    cannot show: the fields of empty slots, and for Seaquest the enemies' slots and spawn
+    numbers (the fish and the subs become lists in list order, as the reference holds them)."""
+    r = dict(row)
     dead_fields = {
         "asterix": {"ent_alive": ("ent_x", "ent_right", "ent_gold")},
         "seaquest": {
@@ -271,7 +276,7 @@ def canonical(game: str, state: dict[str, torch.Tensor], row: int) -> dict[str, 
     if game == "seaquest":
         alive = r.pop("en_alive")
         ids = r.pop("en_id")
-        live = sorted((i for i in range(len(alive)) if alive[i]), key=lambda i: ids[i])
+        live = sorted(np.flatnonzero(alive), key=lambda i: ids[i])
         fields = ("en_x", "en_y", "en_right", "en_timer", "en_shot")
         table = [tuple(int(r[f][i]) for f in fields) for i in live]
         sub = [bool(r["en_sub"][i]) for i in live]
@@ -282,8 +287,13 @@ def canonical(game: str, state: dict[str, torch.Tensor], row: int) -> dict[str, 
     return r
 
 
+def canonical_rows(game: str, state: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """``canonical`` of every env of a batched state."""
+    arrays = {name: t.cpu().numpy() for name, t in state.items()}
+    n = next(iter(arrays.values())).shape[0]
+    return [canonical(game, {k: v[i] for k, v in arrays.items()}) for i in range(n)]
+
+
 def canonical_ref(game: str, e: Any) -> dict[str, Any]:
     """``canonical`` of the reference game ``e``."""
-    values = from_ref(game, e)
-    state = {k: torch.as_tensor(np.asarray(v)).unsqueeze(0) for k, v in values.items()}
-    return canonical(game, state, 0)
+    return canonical(game, {k: np.asarray(v) for k, v in from_ref(game, e).items()})

@@ -132,6 +132,7 @@ def run_parity(
         obs, reward, terminated, truncated, info = env.step_with_uniforms(
             torch.from_numpy(actions), torch.from_numpy(u)
         )
+        ours = ref_tools.canonical_rows(game, env.state)
         for i, (final, r, term, trunc, next_obs, hidden) in enumerate(want):
             at = f"{game} seed {seeds[i]} step {t}"
             assert reward[i].item() == r, f"{at}: reward {reward[i].item()} != {r}"
@@ -140,7 +141,7 @@ def run_parity(
             assert torch.equal(info["final_obs"][i], final), f"{at}: final obs"
             assert torch.equal(obs[i], next_obs), f"{at}: obs after reset"
             if not (term or trunc):
-                _assert_same(ref_tools.canonical(game, env.state, i), hidden, at)
+                _assert_same(ours[i], hidden, at)
             else:
                 stats["episodes"] += 1
                 stats["terminated"] += term
@@ -171,16 +172,20 @@ def _assert_same(ours: dict[str, Any], ref: dict[str, Any], at: str) -> None:
 
 @pytest.mark.parametrize("game", sorted(GAMES))
 def test_parity_random_play(game: str) -> None:
-    """3 seeds x 2000 steps at the default time limit (Freeway: 2600, past its 2501-step end)."""
-    stats = run_parity(game, [0, 1, 2], 2600 if game == "freeway" else 2000, None, hard=False)
+    """6 seeds x 1000 steps at the default time limit (Freeway: 3 x 2600, past its own end at
+    step 2501)."""
+    if game == "freeway":
+        stats = run_parity(game, [0, 1, 2], 2600, None, hard=False)
+    else:
+        stats = run_parity(game, list(range(6)), 1000, None, hard=False)
     print(game, stats)
     assert stats["episodes"] > 0 and stats["sticky"] > 0
 
 
 @pytest.mark.parametrize("game", sorted(HARDEN))
 def test_parity_hard_starts(game: str) -> None:
-    """3 seeds x 1000 steps from harder start states, with a short time limit (truncations)."""
-    stats = run_parity(game, [3, 4, 5], 1000, 150, hard=True)
+    """6 seeds x 500 steps from harder start states, with a short time limit (truncations)."""
+    stats = run_parity(game, list(range(6, 12)), 500, 150, hard=True)
     print(game, stats)
     assert stats["truncated"] + stats["terminated"] > 0
 
@@ -188,7 +193,7 @@ def test_parity_hard_starts(game: str) -> None:
 @pytest.mark.long
 @pytest.mark.parametrize("game", sorted(GAMES))
 def test_parity_long(game: str) -> None:
-    """8 seeds x 20000 steps, half of them from hard starts."""
-    run_parity(game, list(range(10, 18)), 20_000, None, hard=False)
+    """16 seeds x 10000 steps, then 16 more from hard starts."""
+    run_parity(game, list(range(100, 116)), 10_000, None, hard=False)
     if game in HARDEN:
-        run_parity(game, list(range(20, 28)), 20_000, 400, hard=True)
+        run_parity(game, list(range(200, 216)), 10_000, 400, hard=True)

@@ -15,9 +15,10 @@ from distrl.envs.minatar.base import (
     NOOP,
     RIGHT,
     UP,
-    Canvas,
     MinAtarEnv,
     State,
+    cell_bits,
+    select,
     uniform_int,
 )
 
@@ -39,9 +40,10 @@ class Asterix(MinAtarEnv):
     # a spawn's direction (rand() < 1/2), gold (rand() < 1/3) and free slot (randint(#free))
     step_draws = 3
     reset_draws = 0
+    slot_fields = frozenset(("ent_x", "ent_right", "ent_gold"))
 
     def _setup(self) -> None:
-        self._rows = torch.arange(1, 9, device=self.device)
+        self._lanes = torch.arange(1, 9, device=self.device)  # slot i's row
 
     def initial_state(self, u: torch.Tensor) -> State:
         n, dev = self.num_envs, self.device
@@ -71,15 +73,15 @@ class Asterix(MinAtarEnv):
         free = ~alive
         k = uniform_int(u[:, 2], free.sum(1))
         place = free & (free.cumsum(1) == (k + 1).unsqueeze(1)) & spawn.unsqueeze(1)
-        x = torch.where(place, torch.where(lr, 0, 9).unsqueeze(1), x)
-        right = torch.where(place, lr.unsqueeze(1), right)
-        gold = torch.where(place, is_gold.unsqueeze(1), gold)
+        x = select(place, torch.where(lr, 0, 9).unsqueeze(1), x)
+        right = select(place, lr.unsqueeze(1), right)
+        gold = select(place, is_gold.unsqueeze(1), gold)
         alive = alive | place
         spawn_timer = torch.where(spawn, s["spawn_speed"], s["spawn_timer"])
 
         px = (s["player_x"] - (action == LEFT).long() + (action == RIGHT).long()).clamp(0, 9)
         py = (s["player_y"] - (action == UP).long() + (action == DOWN).long()).clamp(1, 8)
-        on_row = (self._rows == py.unsqueeze(1)) & alive
+        on_row = (self._lanes == py.unsqueeze(1)) & alive
 
         # Contact before the entities move, then again after those that move this step.
         hit = on_row & (x == px.unsqueeze(1))
@@ -89,9 +91,9 @@ class Asterix(MinAtarEnv):
         move = s["move_timer"] == 0
         move_timer = torch.where(move, s["move_speed"], s["move_timer"])
         moving = alive & move.unsqueeze(1)
-        x = torch.where(moving, x + torch.where(right, 1, -1), x)
+        x = x + moving.long() * (right.long() * 2 - 1)
         alive = alive & ~(moving & ((x < 0) | (x > 9)))
-        hit = moving & alive & (self._rows == py.unsqueeze(1)) & (x == px.unsqueeze(1))
+        hit = moving & alive & (self._lanes == py.unsqueeze(1)) & (x == px.unsqueeze(1))
         picked2 = hit & gold
         terminal = terminal | (hit & ~gold).any(1)
         alive = alive & ~picked2
@@ -124,12 +126,12 @@ class Asterix(MinAtarEnv):
         return state, reward, terminal
 
     def observe(self, s: State) -> torch.Tensor:
-        c = Canvas(self.num_envs, 4, self.device)
-        c.cells(0, s["player_y"], s["player_x"])
         x, right, gold, alive = s["ent_x"], s["ent_right"], s["ent_gold"], s["ent_alive"]
-        rows = self._rows.expand_as(x)
-        c.cells(1, rows, x, alive & ~gold)
-        c.cells(3, rows, x, alive & gold)
-        back = x - torch.where(right, 1, -1)
-        c.cells(2, rows, back.clamp(0, 9), alive & (back >= 0) & (back <= 9))
-        return c.done()
+        # one entity per row: its row of bits is 1 << x on rows 1..8
+        cell = alive.long() << x.clamp(0, 9)
+        back = x - (right.long() * 2 - 1)
+        trail = (alive & (back >= 0) & (back <= 9)).long() << back.clamp(0, 9)
+        ents = torch.stack((cell * ~gold, trail, cell * gold), 1)  # enemy, trail, gold
+        ents = torch.nn.functional.pad(ents, (1, 1))  # rows 0 and 9 are empty
+        player = cell_bits(self._rows, s["player_y"], s["player_x"]).unsqueeze(1)
+        return self._bits.expand(torch.cat((player, ents), 1))

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import torch
 
-from distrl.envs.minatar.base import LEFT, NOOP, RIGHT, Canvas, MinAtarEnv, State, flat_cell
+from distrl.envs.minatar.base import (
+    FULL_ROW,
+    LEFT,
+    NOOP,
+    RIGHT,
+    MinAtarEnv,
+    State,
+    bit_at,
+    cell_bits,
+    select,
+)
 
 # Ball directions 0..3: up-left, up-right, down-right, down-left.
 _DX = (-1, 1, 1, -1)
@@ -21,7 +31,8 @@ _PADDLE = (2, 3, 0, 1)  # off the paddle's new cell: back the way it came
 
 
 class Breakout(MinAtarEnv):
-    """Channels paddle, ball, trail (the ball's previous cell), brick; actions n, l, r."""
+    """Channels paddle, ball, trail (the ball's previous cell), brick; actions n, l, r.
+    The bricks are a bit-row grid [N, 10] (bit x of row y: a brick at (y, x))."""
 
     game = "breakout"
     channels = ("paddle", "ball", "trail", "brick")
@@ -36,10 +47,7 @@ class Breakout(MinAtarEnv):
         self._flip_x = torch.tensor(_FLIP_X, device=dev)
         self._flip_y = torch.tensor(_FLIP_Y, device=dev)
         self._paddle = torch.tensor(_PADDLE, device=dev)
-        bricks = torch.zeros(10, 10, dtype=torch.bool, device=dev)
-        bricks[1:4] = True
-        self._wall = bricks.view(1, 100)
-        self._cells = torch.arange(100, device=dev)
+        self._wall = torch.tensor([0, FULL_ROW, FULL_ROW, FULL_ROW, 0, 0, 0, 0, 0, 0], device=dev)
 
     def initial_state(self, u: torch.Tensor) -> State:
         right = u[:, 0] >= 0.5  # randint(2): 0 = left corner, 1 = right corner
@@ -52,7 +60,7 @@ class Breakout(MinAtarEnv):
             "last_x": ball_x.clone(),
             "last_y": self._full(3),
             "strike": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device),
-            "bricks": self._wall.expand(self.num_envs, 100).clone(),
+            "bricks": self._wall.expand(self.num_envs, 10).clone(),
         }
 
     def dynamics(
@@ -68,19 +76,18 @@ class Breakout(MinAtarEnv):
         top = new_y < 0
         new_y = new_y.clamp(min=0)
         d = torch.where(top, self._flip_y[d], d)
-        cell = flat_cell(new_y.clamp(max=9), new_x)
         bricks = s["bricks"]
         # The ball enters a brick's cell: it breaks the brick and bounces back, unless it broke
         # one on the step before (``strike``), in which case it passes into the cell.
-        in_brick = ~top & bricks.gather(1, cell.unsqueeze(1)).squeeze(1)
+        in_brick = ~top & bit_at(bricks, new_y.clamp(max=9), new_x)
         breaks = in_brick & ~s["strike"]
-        bricks = bricks & ~((self._cells == cell.unsqueeze(1)) & breaks.unsqueeze(1))
+        bricks = bricks & ~(cell_bits(self._rows, new_y, new_x) * breaks.long().unsqueeze(1))
         new_y = torch.where(breaks, last_y, new_y)
         d = torch.where(breaks, self._flip_y[d], d)
         bottom = ~top & ~in_brick & (new_y == 9)
         # The wall comes back when the ball reaches the bottom row with no brick left.
-        empty = ~bricks.any(1)
-        bricks = torch.where((bottom & empty).unsqueeze(1), self._wall, bricks)
+        empty = bricks.sum(1) == 0
+        bricks = select((bottom & empty).unsqueeze(1), self._wall, bricks)
         # The paddle: under the ball's old column (straight bounce) or its new one (reversal).
         old_col = bottom & (last_x == pos)
         new_col = bottom & ~old_col & (new_x == pos)
@@ -100,9 +107,14 @@ class Breakout(MinAtarEnv):
         return state, breaks.float(), terminal
 
     def observe(self, s: State) -> torch.Tensor:
-        c = Canvas(self.num_envs, 4, self.device)
-        c.cells(0, self._full(9), s["pos"])
-        c.cells(1, s["ball_y"], s["ball_x"])
-        c.cells(2, s["last_y"], s["last_x"])
-        c.grid(3, s["bricks"])
-        return c.done()
+        rows = self._rows
+        grid = torch.stack(
+            (
+                cell_bits(rows, self._full(9), s["pos"]),
+                cell_bits(rows, s["ball_y"], s["ball_x"]),
+                cell_bits(rows, s["last_y"], s["last_x"]),
+                s["bricks"],
+            ),
+            1,
+        )
+        return self._bits.expand(grid)

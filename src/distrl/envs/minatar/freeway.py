@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import torch
 
-from distrl.envs.minatar.base import DOWN, NOOP, UP, Canvas, MinAtarEnv, State, uniform_int
+from distrl.envs.minatar.base import (
+    DOWN,
+    NOOP,
+    UP,
+    MinAtarEnv,
+    State,
+    cell_bits,
+    select,
+    uniform_int,
+)
 
 PLAYER_SPEED = 3
 TIME_LIMIT = 2500
@@ -32,7 +41,8 @@ class Freeway(MinAtarEnv):
     """Freeway ends itself at step 2501; this limit never cuts an episode at its default."""
 
     def _setup(self) -> None:
-        self._rows = torch.arange(1, 9, device=self.device)
+        self._lanes = torch.arange(1, 9, device=self.device)  # car i's row
+        self._speeds_1_5 = torch.arange(1, 6, device=self.device).view(1, 5, 1)
 
     def _speeds(self, u: torch.Tensor) -> torch.Tensor:
         """Signed car speeds [N, 8]: magnitude randint(1, 6), direction -1 below 1/2 and +1
@@ -61,18 +71,18 @@ class Freeway(MinAtarEnv):
         # Across: +1, new car speeds (positions kept), back to the bottom.
         win = pos == 0
         new_speed = self._speeds(u)
-        speed = torch.where(win.unsqueeze(1), new_speed, s["car_speed"])
-        timer = torch.where(win.unsqueeze(1), new_speed.abs(), s["car_timer"])
+        speed = select(win.unsqueeze(1), new_speed, s["car_speed"])
+        timer = select(win.unsqueeze(1), new_speed.abs(), s["car_timer"])
         pos = torch.where(win, 9, pos)
         # A car in the chicken's cell before or after it moves sends it to the bottom. The
         # reference checks car by car, but once hit the chicken is on row 9 where no car drives,
         # so one test of every car against the chicken's row is the same.
-        lane = self._rows == pos.unsqueeze(1)
+        lane = self._lanes == pos.unsqueeze(1)
         x = s["car_x"]
         hit = (lane & (x == 4)).any(1)
         move = timer == 0
-        x = torch.where(move, (x + torch.where(speed > 0, 1, -1)) % 10, x)
-        timer = torch.where(move, speed.abs(), timer - 1)
+        x = (x + move.long() * ((speed > 0).long() * 2 - 1)) % 10
+        timer = select(move, speed.abs(), timer - 1)
         hit = hit | (lane & move & (x == 4)).any(1)
         pos = torch.where(hit, 9, pos)
         terminate_timer = s["terminate_timer"] - 1
@@ -87,11 +97,12 @@ class Freeway(MinAtarEnv):
         return state, win.float(), terminate_timer < 0
 
     def observe(self, s: State) -> torch.Tensor:
-        c = Canvas(self.num_envs, 7, self.device)
-        c.cells(0, s["pos"], self._full(4))
         x, speed = s["car_x"], s["car_speed"]
-        rows = self._rows.expand_as(x)
-        c.cells(1, rows, x)
-        back = (x - torch.where(speed > 0, 1, -1)) % 10
-        c.cells(1 + speed.abs(), rows, back)  # speed k's trail is on channel 1 + k
-        return c.done()
+        # one car per row (rows 1..8): its row of bits is 1 << x
+        car = 1 << x
+        back = (x - ((speed > 0).long() * 2 - 1)) % 10
+        # speed k's trail is on channel 1 + k: [N, 5, 8] with the trail in its speed's row
+        trails = (speed.abs().unsqueeze(1) == self._speeds_1_5).long() << back.unsqueeze(1)
+        cars = torch.nn.functional.pad(torch.cat((car.unsqueeze(1), trails), 1), (1, 1))
+        chicken = cell_bits(self._rows, s["pos"], self._full(4)).unsqueeze(1)
+        return self._bits.expand(torch.cat((chicken, cars), 1))

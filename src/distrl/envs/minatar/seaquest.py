@@ -40,10 +40,11 @@ from distrl.envs.minatar.base import (
     NOOP,
     RIGHT,
     UP,
-    Canvas,
     MinAtarEnv,
     State,
+    cell_bits,
     flat_cell,
+    select,
     uniform_int,
 )
 
@@ -80,10 +81,23 @@ class Seaquest(MinAtarEnv):
     # diver: direction rand() < 1/2, row randint(1, 9)
     step_draws = 5
     reset_draws = 0
+    slot_fields = frozenset(
+        f"{table}_{field}"
+        for table, fields in (
+            ("fb", ("x", "y", "right")),
+            ("dv", ("x", "y", "right", "timer")),
+            ("en", ("x", "y", "timer", "shot", "id", "right", "sub")),
+        )
+        for field in fields
+    )
 
     def _setup(self) -> None:
-        self._cols = torch.arange(10, device=self.device)
-        self._two = torch.arange(2, device=self.device)
+        dev = self.device
+        self._cols = torch.arange(10, device=dev)
+        self._two = torch.arange(2, device=dev)
+        self._shot_interval = torch.tensor(ENEMY_SHOT_INTERVAL, device=dev)
+        self._diver_interval = torch.tensor(DIVER_MOVE_INTERVAL, device=dev)
+        self._sink100 = torch.tensor(100, device=dev)
 
     def initial_state(self, u: torch.Tensor) -> State:
         n, dev = self.num_envs, self.device
@@ -144,13 +158,13 @@ class Seaquest(MinAtarEnv):
         blocked = (ealive & (ey == col(row)) & (er != col(lr))).any(1)
         free = ~ealive
         place = free & (free.cumsum(1) == 1) & col(spawn & ~blocked)
-        ex = torch.where(place, col(torch.where(lr, 0, 9)), ex)
-        ey = torch.where(place, col(row), ey)
-        er = torch.where(place, col(lr), er)
-        esub = torch.where(place, col(is_sub), esub)
-        etimer = torch.where(place, col(move_speed), etimer)
-        eshot = torch.where(place, ENEMY_SHOT_INTERVAL, eshot)
-        eid = torch.where(place, col(s["next_id"]), eid)
+        ex = select(place, col(torch.where(lr, 0, 9)), ex)
+        ey = select(place, col(row), ey)
+        er = select(place, col(lr), er)
+        esub = select(place, col(is_sub), esub)
+        etimer = select(place, col(move_speed), etimer)
+        eshot = select(place, self._shot_interval, eshot)
+        eid = select(place, col(s["next_id"]), eid)
         ealive = ealive | place
         next_id = s["next_id"] + place.any(1).long()
         e_spawn_timer = torch.where(spawn, s["e_spawn_speed"], s["e_spawn_timer"])
@@ -159,10 +173,10 @@ class Seaquest(MinAtarEnv):
         d_spawn = s["d_spawn_timer"] == 0
         d_lr, d_row = u[:, 3] < 0.5, uniform_int(u[:, 4], 8) + 1
         d_place = (self._two == col(s["dv_alive"].sum(1))) & col(d_spawn)
-        dvx = torch.where(d_place, col(torch.where(d_lr, 0, 9)), s["dv_x"])
-        dvy = torch.where(d_place, col(d_row), s["dv_y"])
-        dvr = torch.where(d_place, col(d_lr), s["dv_right"])
-        dvt = torch.where(d_place, DIVER_MOVE_INTERVAL, s["dv_timer"])
+        dvx = select(d_place, col(torch.where(d_lr, 0, 9)), s["dv_x"])
+        dvy = select(d_place, col(d_row), s["dv_y"])
+        dvr = select(d_place, col(d_lr), s["dv_right"])
+        dvt = select(d_place, self._diver_interval, s["dv_timer"])
         dva = s["dv_alive"] | d_place
         d_spawn_timer = torch.where(d_spawn, DIVER_SPAWN_SPEED, s["d_spawn_timer"])
 
@@ -171,9 +185,9 @@ class Seaquest(MinAtarEnv):
         sx, sy, s_right = s["sub_x"], s["sub_y"], s["sub_right"]
         fire = (action == FIRE) & (s["shot_timer"] == 0)
         f_place = (self._two == col(s["fb_alive"].sum(1))) & col(fire)
-        fbx = torch.where(f_place, col(sx), s["fb_x"])
-        fby = torch.where(f_place, col(sy), s["fb_y"])
-        fbr = torch.where(f_place, col(s_right), s["fb_right"])
+        fbx = select(f_place, col(sx), s["fb_x"])
+        fby = select(f_place, col(sy), s["fb_y"])
+        fbr = select(f_place, col(s_right), s["fb_right"])
         fba = s["fb_alive"] | f_place
         shot_timer = torch.where(fire, SHOT_COOL_DOWN, s["shot_timer"])
         left, right = action == LEFT, action == RIGHT
@@ -186,12 +200,12 @@ class Seaquest(MinAtarEnv):
         bx, ba = list(fbx.unbind(1)), list(fba.unbind(1))
         by, br = fby.unbind(1), fbr.unbind(1)
         reward = torch.zeros(n, dtype=torch.int64, device=self.device)
-        order = eid + torch.where(esub, _SUB_FIRST, 0)  # list order: fish, then subs
+        order = eid + esub.long() * _SUB_FIRST  # list order: fish, then subs
         for j in (1, 0):
-            bx[j] = torch.where(ba[j], bx[j] + torch.where(br[j], 1, -1), bx[j])
+            bx[j] = bx[j] + ba[j].long() * (br[j].long() * 2 - 1)
             ba[j] = ba[j] & (bx[j] >= 0) & (bx[j] <= 9)
             there = ealive & (ex == col(bx[j])) & (ey == col(by[j])) & col(ba[j])
-            first = torch.where(there, order, _SUB_FIRST * 4).min(1).values
+            first = (order + (~there).long() * (_SUB_FIRST * 4)).min(1).values
             hit = there.any(1)
             ealive = ealive & ~(there & (order == col(first)))
             ba[j] = ba[j] & ~hit
@@ -207,8 +221,8 @@ class Seaquest(MinAtarEnv):
             count = count + grab.long()
             da[j] = da[j] & ~grab
             moves = da[j] & (dt[j] == 0)
-            dt[j] = torch.where(moves, DIVER_MOVE_INTERVAL, torch.where(da[j], dt[j] - 1, dt[j]))
-            dx[j] = torch.where(moves, dx[j] + torch.where(dr[j], 1, -1), dx[j])
+            dt[j] = torch.where(moves, DIVER_MOVE_INTERVAL, dt[j] - da[j].long())
+            dx[j] = dx[j] + moves.long() * (dr[j].long() * 2 - 1)
             da[j] = da[j] & (dx[j] >= 0) & (dx[j] <= 9)
             grab = moves & da[j] & (dx[j] == sx) & (dy[j] == sy) & (count < 6)
             count = count + grab.long()
@@ -220,18 +234,17 @@ class Seaquest(MinAtarEnv):
         you = (ex == col(sx)) & (ey == col(sy))
         terminal = (ealive & you).any(1)
         moves = ealive & (etimer == 0)
-        etimer = torch.where(moves, col(move_speed), torch.where(ealive, etimer - 1, etimer))
-        ex = torch.where(moves, ex + torch.where(er, 1, -1), ex)
+        etimer = select(moves, col(move_speed), etimer - ealive.long())
+        ex = ex + moves.long() * (er.long() * 2 - 1)
         inside = (ex >= 0) & (ex <= 9)
         you = (ex == col(sx)) & (ey == col(sy))
         terminal = terminal | (moves & inside & you).any(1)
         shooters = ealive & esub  # every sub here fires when due, even one removed below
         ealive = ealive & ~(moves & ~inside)
         eligible = moves & inside & ~you
-        order = eid + torch.where(esub, _SUB_FIRST, 0)  # claim order: subs, then fish, newest first
-        for j in (0, 1):
+        for j in (0, 1):  # claim order: subs, then fish, newest first (the largest ``order``)
             there = eligible & (ex == col(bx[j])) & (ey == col(by[j])) & col(ba[j])
-            first = torch.where(there, order, -1).max(1).values
+            first = (order * there.long() - (~there).long()).max(1).values
             hit = there.any(1)
             claimed = there & (order == col(first))
             eligible = eligible & ~claimed
@@ -239,7 +252,7 @@ class Seaquest(MinAtarEnv):
             ba[j] = ba[j] & ~hit
             reward += hit.long()
         due = shooters & (eshot == 0)
-        eshot = torch.where(shooters, torch.where(due, ENEMY_SHOT_INTERVAL, eshot - 1), eshot)
+        eshot = select(due, self._shot_interval, eshot - shooters.long())
         due = due & inside
         eb_left = s["eb_left"] | self._paint(ey, ex, due & ~er)
         eb_right = s["eb_right"] | self._paint(ey, ex, due & er)
@@ -311,7 +324,7 @@ class Seaquest(MinAtarEnv):
 
     def _paint(self, y: torch.Tensor, x: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
         """A [N, 10, 10] grid with the cells (y, x) [N, K] set where ``present``."""
-        idx = torch.where(present, flat_cell(y, x), 100)
+        idx = select(present, flat_cell(y, x), self._sink100)
         grid = torch.zeros(self.num_envs, 101, dtype=torch.bool, device=self.device)
         grid.scatter_(1, idx, True)
         return grid[:, :100].reshape(self.num_envs, 10, 10)
@@ -330,24 +343,38 @@ class Seaquest(MinAtarEnv):
         return tuple(out)
 
     def observe(self, s: State) -> torch.Tensor:
-        c = Canvas(self.num_envs, 10, self.device)
+        n, rows = self.num_envs, self._rows
         sx, sy = s["sub_x"], s["sub_y"]
-        c.cells(0, sy, sx)
+        # What is at most a few per row as bit rows first: the player, its bullets and divers,
+        # the gauges; then the enemy bullets' grid; then the enemy tables, scattered.
+        bits = torch.zeros(n, 10, 10, dtype=torch.int64, device=self.device)
+        bits[:, 0] = cell_bits(rows, sy, sx)
         # the back cell; at x = 0 facing right numpy's index -1 would wrap (never reached)
-        c.cells(1, sy, (sx - torch.where(s["sub_right"], 1, -1)) % 10)
-        c.cells(2, s["fb_y"], s["fb_x"], s["fb_alive"])
-        c.grid(4, s["eb_left"] | s["eb_right"])
+        bits[:, 1] = cell_bits(rows, sy, (sx - (s["sub_right"].long() * 2 - 1)) % 10)
+        fb = cell_bits(rows, s["fb_y"], s["fb_x"]) * s["fb_alive"].long().unsqueeze(2)
+        bits[:, 2] = fb[:, 0] | fb[:, 1]
+        dx, dy, dalive = s["dv_x"], s["dv_y"], s["dv_alive"].long().unsqueeze(2)
+        dv = cell_bits(rows, dy, dx) * dalive
+        bits[:, 9] = dv[:, 0] | dv[:, 1]
+        back = dx - (s["dv_right"].long() * 2 - 1)
+        inside = ((back >= 0) & (back <= 9)).long().unsqueeze(2)
+        trail = cell_bits(rows, dy, back.clamp(0, 9)) * dalive * inside
+        bits[:, 3] = trail[:, 0] | trail[:, 1]
+        oxygen = s["oxygen"].clamp(min=0) * 10 // MAX_OXYGEN
+        bits[:, 7, 9] = (1 << oxygen) - 1  # cells [0, oxygen)
+        # numpy's [9 - count : 9]: cells 9 - count .. 8, none when the count is negative
+        count = s["diver_count"].clamp(min=0)
+        bits[:, 8, 9] = ((1 << count) - 1) << (9 - count)
+        obs = self._bits.expand(bits)
+        eb = s["eb_left"] | s["eb_right"]
+        obs[:, 400:500] = eb.view(n, 100)
+        # Enemies: scattered, the absent ones onto the player's own cell, which is set anyway.
+        sink = flat_cell(sy, sx).unsqueeze(1)
         ex, ey, alive, sub = s["en_x"], s["en_y"], s["en_alive"], s["en_sub"]
-        c.cells(5, ey, ex, alive & ~sub)
-        c.cells(6, ey, ex, alive & sub)
-        back = ex - torch.where(s["en_right"], 1, -1)
-        c.cells(3, ey, back.clamp(0, 9), alive & (back >= 0) & (back <= 9))
-        dx, dy, dalive = s["dv_x"], s["dv_y"], s["dv_alive"]
-        c.cells(9, dy, dx, dalive)
-        back = dx - torch.where(s["dv_right"], 1, -1)
-        c.cells(3, dy, back.clamp(0, 9), dalive & (back >= 0) & (back <= 9))
-        bars = s["oxygen"].clamp(min=0) * 10 // MAX_OXYGEN
-        c.row(7, 9, self._cols < bars.unsqueeze(1))
-        first = 9 - s["diver_count"]  # numpy's [9 - count : 9]: empty when the count is negative
-        c.row(8, 9, (self._cols >= first.unsqueeze(1)) & (self._cols < 9))
-        return c.done()
+        cell = flat_cell(ey, ex.clamp(0, 9))
+        obs.scatter_(1, select(alive & ~sub, 500 + cell, sink), 1)
+        obs.scatter_(1, select(alive & sub, 600 + cell, sink), 1)
+        back = ex - (s["en_right"].long() * 2 - 1)
+        trail = alive & (back >= 0) & (back <= 9)
+        obs.scatter_(1, select(trail, 300 + flat_cell(ey, back.clamp(0, 9)), sink), 1)
+        return obs

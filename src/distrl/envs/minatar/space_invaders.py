@@ -8,6 +8,8 @@ each new wave moves one step faster than the last (difficulty ramp, down to an i
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from distrl.envs.minatar.base import (
@@ -29,6 +31,7 @@ _WAVE = (0, 1, 2, 3)  # rows of a new wave, columns 2..7
 _WAVE_ROW = sum(1 << x for x in range(2, 8))
 
 
+@functools.cache
 def _nearest_table() -> list[int]:
     """nearest[occupied * 10 + pos]: the reference's ``_nearest_alien`` column, the occupied
     column closest to ``pos`` (ties: the left one) for a 10-bit mask of occupied columns."""

@@ -122,6 +122,7 @@ class MinAtarEnv(VecEnv):
     """State fields of entity-table slots, meaningless while their slot is empty (its alive mask
     clear), which the dynamics and ``observe`` then never read: a reset leaves them as they are
     and clears the alive masks, a cheaper select than one per field."""
+    max_episode_steps: int
     default_max_episode_steps = 1000
     """gymnax's ``max_steps_in_episode`` for the MinAtar games (the reference has no limit)."""
     obs_dtype = torch.uint8

@@ -38,7 +38,8 @@ def _nearest_table() -> list[int]:
     table = []
     for occupied in range(1 << 10):
         for pos in range(10):
-            cols = sorted(range(10), key=lambda x, p=pos: abs(x - p))
+            distance = [abs(x - pos) for x in range(10)]
+            cols = sorted(range(10), key=distance.__getitem__)  # stable: ties keep the left
             table.append(next((x for x in cols if occupied >> x & 1), 0))
     return table
 

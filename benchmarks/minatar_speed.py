@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 
 import torch
-import tyro
 
 from benchmarks import common
 
@@ -123,6 +122,8 @@ def minatar_speed(args: MinAtarSpeedArgs) -> list[dict]:
 
 
 def main() -> None:
+    import tyro  # here: the functions above run where tyro is not installed
+
     minatar_speed(tyro.cli(MinAtarSpeedArgs))
 
 

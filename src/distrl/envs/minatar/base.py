@@ -54,7 +54,9 @@ def uniform_int(u: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
     numpy's ``randint(n)`` draws the same distribution; the parity tests replay its result k as
     u = (k + 0.5) / n. The clamp only guards float rounding at u close to 1."""
     k = (u * n).long()
-    return torch.minimum(k, torch.as_tensor(n, device=u.device) - 1).clamp_(min=0)
+    if isinstance(n, int):  # no device tensor from a Python number: that would be a copy
+        return k.clamp_(0, n - 1)
+    return torch.minimum(k, n - 1).clamp_(min=0)
 
 
 def flat_cell(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

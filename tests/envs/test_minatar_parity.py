@@ -191,6 +191,7 @@ def test_parity_hard_starts(game: str) -> None:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(1800)  # Seaquest's took 4 minutes on 2 busy cores
 @pytest.mark.parametrize("game", sorted(GAMES))
 def test_parity_long(game: str) -> None:
     """16 seeds x 10000 steps, then 16 more from hard starts."""

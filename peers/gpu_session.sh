@@ -3,7 +3,7 @@
 # torch installed (distrl and the peers' packages on PYTHONPATH or installed):
 #
 #   bash peers/gpu_session.sh OUT_DIR [part ...]
-#     parts: smoke throughput peer solve tests pixels recurrent minatar
+#     parts: smoke cuda throughput peer solve tests pixels recurrent minatar
 #
 # Writes OUT_DIR/<part>.log and the benches' CSVs; prints a short table at the end of each part.
 set -uo pipefail
@@ -42,7 +42,7 @@ throughput() {
 }
 
 peer() {
-    for envs in 1024 4096 16384 65536; do
+    for envs in ${PEER_ENVS:-1024 4096 16384 65536}; do
         $py peers/rsl_rl_ppo.py --envs $envs --iterations 20 --device cuda
         $py -m benchmarks.throughput --case e2e --num-envs $envs --iterations 20 --device cuda
     done | tee "$out/peer.jsonl"
@@ -77,6 +77,14 @@ minatar() {  # MinAtar Breakout to 10M env steps on one GPU, defaults but the en
         --agent.total-timesteps "${STEPS_TOTAL:-10000000}" --run-dir "$out/runs/breakout" \
         --progress False --tensorboard False
     tail -n 1 "$out/runs/breakout/metrics.jsonl"
+}
+
+cuda() {  # the device, the CUDA tests, the golden run (CPU-pinned) under this torch
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    $py -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
+    $py -m pytest -q -rs -x -p no:cacheprovider -k "cuda or gpu" tests/envs tests/policy \
+        tests/test_checkpoint.py tests/algorithms
+    $py -m pytest -q -x -p no:cacheprovider tests/golden tests/envs/test_minatar_parity.py
 }
 
 tests() {  # TESTS: files or node ids (default: the whole suite)

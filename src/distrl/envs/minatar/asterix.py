@@ -17,6 +17,7 @@ from distrl.envs.minatar.base import (
     UP,
     MinAtarEnv,
     State,
+    any_rows,
     cell_bits,
     select,
     uniform_int,
@@ -86,7 +87,7 @@ class Asterix(MinAtarEnv):
         # Contact before the entities move, then again after those that move this step.
         hit = on_row & (x == px.unsqueeze(1))
         picked = hit & gold
-        terminal = (hit & ~gold).any(1)
+        terminal = any_rows(hit & ~gold)
         alive = alive & ~picked
         move = s["move_timer"] == 0
         move_timer = torch.where(move, s["move_speed"], s["move_timer"])
@@ -95,7 +96,7 @@ class Asterix(MinAtarEnv):
         alive = alive & ~(moving & ((x < 0) | (x > 9)))
         hit = moving & alive & (self._lanes == py.unsqueeze(1)) & (x == px.unsqueeze(1))
         picked2 = hit & gold
-        terminal = terminal | (hit & ~gold).any(1)
+        terminal = terminal | any_rows(hit & ~gold)
         alive = alive & ~picked2
         reward = (picked.sum(1) + picked2.sum(1)).float()
 

@@ -16,6 +16,7 @@ from distrl.envs.minatar.base import (
     UP,
     MinAtarEnv,
     State,
+    any_rows,
     cell_bits,
     select,
     uniform_int,
@@ -79,11 +80,11 @@ class Freeway(MinAtarEnv):
         # so one test of every car against the chicken's row is the same.
         lane = self._lanes == pos.unsqueeze(1)
         x = s["car_x"]
-        hit = (lane & (x == 4)).any(1)
+        hit = any_rows(lane & (x == 4))
         move = timer == 0
         x = (x + move.long() * ((speed > 0).long() * 2 - 1)) % 10
         timer = select(move, speed.abs(), timer - 1)
-        hit = hit | (lane & move & (x == 4)).any(1)
+        hit = hit | any_rows(lane & move & (x == 4))
         pos = torch.where(hit, 9, pos)
         terminate_timer = s["terminate_timer"] - 1
         state = {

@@ -42,6 +42,7 @@ from distrl.envs.minatar.base import (
     UP,
     MinAtarEnv,
     State,
+    any_rows,
     cell_bits,
     flat_cell,
     select,
@@ -57,6 +58,18 @@ ENEMY_SHOT_INTERVAL = 10
 DIVER_MOVE_INTERVAL = 5
 ENEMY_SLOTS = 32
 _SUB_FIRST = 1 << 40  # added to a sub's spawn number to order it before every fish
+_SMALL = torch.int16  # the enemy tables' positions and timers: a quarter of int64's bytes
+
+
+def _put(
+    table: torch.Tensor, slot: torch.Tensor, ok: torch.Tensor, value: torch.Tensor | int
+) -> torch.Tensor:
+    """A copy of ``table`` [N, K] with entry ``slot`` [N, 1] of row i set to ``value`` [N] (or a
+    number) where ``ok`` [N]: one gather and one scatter instead of a select of the table."""
+    old = table.gather(1, slot)
+    if isinstance(value, torch.Tensor):
+        value = value.to(table.dtype).unsqueeze(1)
+    return table.clone().scatter_(1, slot, torch.where(ok.unsqueeze(1), value, old))
 
 
 class Seaquest(MinAtarEnv):
@@ -95,9 +108,9 @@ class Seaquest(MinAtarEnv):
         dev = self.device
         self._cols = torch.arange(10, device=dev)
         self._two = torch.arange(2, device=dev)
-        self._shot_interval = torch.tensor(ENEMY_SHOT_INTERVAL, device=dev)
+        self._shot_interval = torch.tensor(ENEMY_SHOT_INTERVAL, dtype=_SMALL, device=dev)
         self._diver_interval = torch.tensor(DIVER_MOVE_INTERVAL, device=dev)
-        self._sink100 = torch.tensor(100, device=dev)
+        self._sink100 = torch.tensor(100, dtype=_SMALL, device=dev)
 
     def initial_state(self, u: torch.Tensor) -> State:
         n, dev = self.num_envs, self.device
@@ -131,10 +144,10 @@ class Seaquest(MinAtarEnv):
             "dv_right": table(2, torch.bool),
             "dv_alive": table(2, torch.bool),
             # fish and enemy subs, in any slot; ``en_id`` is the spawn number (list order)
-            "en_x": table(ENEMY_SLOTS, torch.int64),
-            "en_y": table(ENEMY_SLOTS, torch.int64),
-            "en_timer": table(ENEMY_SLOTS, torch.int64),
-            "en_shot": table(ENEMY_SLOTS, torch.int64),
+            "en_x": table(ENEMY_SLOTS, _SMALL),
+            "en_y": table(ENEMY_SLOTS, _SMALL),
+            "en_timer": table(ENEMY_SLOTS, _SMALL),
+            "en_shot": table(ENEMY_SLOTS, _SMALL),
             "en_id": table(ENEMY_SLOTS, torch.int64),
             "en_right": table(ENEMY_SLOTS, torch.bool),
             "en_sub": table(ENEMY_SLOTS, torch.bool),
@@ -153,20 +166,22 @@ class Seaquest(MinAtarEnv):
         # Enemy spawn: direction, kind, row; not into a row where something heads the other way.
         ex, ey, er, esub = s["en_x"], s["en_y"], s["en_right"], s["en_sub"]
         etimer, eshot, eid, ealive = s["en_timer"], s["en_shot"], s["en_id"], s["en_alive"]
+        speed16 = col(move_speed.to(_SMALL))  # the tables' dtype
         spawn = s["e_spawn_timer"] == 0
         lr, is_sub, row = u[:, 0] < 0.5, u[:, 1] < 1 / 3, uniform_int(u[:, 2], 8) + 1
-        blocked = (ealive & (ey == col(row)) & (er != col(lr))).any(1)
+        blocked = any_rows(ealive & (ey == col(row.to(_SMALL))) & (er != col(lr)))
         free = ~ealive
-        place = free & (free.cumsum(1) == 1) & col(spawn & ~blocked)
-        ex = select(place, col(torch.where(lr, 0, 9)), ex)
-        ey = select(place, col(row), ey)
-        er = select(place, col(lr), er)
-        esub = select(place, col(is_sub), esub)
-        etimer = select(place, col(move_speed), etimer)
-        eshot = select(place, self._shot_interval, eshot)
-        eid = select(place, col(s["next_id"]), eid)
-        ealive = ealive | place
-        next_id = s["next_id"] + place.any(1).long()
+        slot = free.to(torch.uint8).argmax(1, keepdim=True)  # the first free slot
+        ok = spawn & ~blocked & any_rows(free)
+        ex = _put(ex, slot, ok, torch.where(lr, 0, 9))
+        ey = _put(ey, slot, ok, row)
+        er = _put(er, slot, ok, lr)
+        esub = _put(esub, slot, ok, is_sub)
+        etimer = _put(etimer, slot, ok, move_speed)
+        eshot = _put(eshot, slot, ok, ENEMY_SHOT_INTERVAL)
+        eid = _put(eid, slot, ok, s["next_id"])
+        ealive = _put(ealive, slot, ok, True)
+        next_id = s["next_id"] + ok.long()
         e_spawn_timer = torch.where(spawn, s["e_spawn_speed"], s["e_spawn_timer"])
 
         # Diver spawn, appended after the divers alive.
@@ -204,9 +219,10 @@ class Seaquest(MinAtarEnv):
         for j in (1, 0):
             bx[j] = bx[j] + ba[j].long() * (br[j].long() * 2 - 1)
             ba[j] = ba[j] & (bx[j] >= 0) & (bx[j] <= 9)
-            there = ealive & (ex == col(bx[j])) & (ey == col(by[j])) & col(ba[j])
+            there = ealive & (ex == col(bx[j].to(_SMALL))) & (ey == col(by[j].to(_SMALL)))
+            there = there & col(ba[j])
             first = (order + (~there).long() * (_SUB_FIRST * 4)).min(1).values
-            hit = there.any(1)
+            hit = any_rows(there)
             ealive = ealive & ~(there & (order == col(first)))
             ba[j] = ba[j] & ~hit
             reward += hit.long()
@@ -231,28 +247,30 @@ class Seaquest(MinAtarEnv):
         # Enemies: touching the player ends the episode (before and after moving); they move
         # when their timer runs out and leave the screen; one that moves into a bullet's cell
         # (and not onto the player) is removed with that bullet.
-        you = (ex == col(sx)) & (ey == col(sy))
-        terminal = (ealive & you).any(1)
+        sx16, sy16 = col(sx.to(_SMALL)), col(sy.to(_SMALL))
+        you = (ex == sx16) & (ey == sy16)
+        terminal = any_rows(ealive & you)
         moves = ealive & (etimer == 0)
-        etimer = select(moves, col(move_speed), etimer - ealive.long())
-        ex = ex + moves.long() * (er.long() * 2 - 1)
+        etimer = select(moves, speed16, etimer - ealive.to(_SMALL))
+        ex = ex + moves.to(_SMALL) * (er.to(_SMALL) * 2 - 1)
         inside = (ex >= 0) & (ex <= 9)
-        you = (ex == col(sx)) & (ey == col(sy))
-        terminal = terminal | (moves & inside & you).any(1)
+        you = (ex == sx16) & (ey == sy16)
+        terminal = terminal | any_rows(moves & inside & you)
         shooters = ealive & esub  # every sub here fires when due, even one removed below
         ealive = ealive & ~(moves & ~inside)
         eligible = moves & inside & ~you
         for j in (0, 1):  # claim order: subs, then fish, newest first (the largest ``order``)
-            there = eligible & (ex == col(bx[j])) & (ey == col(by[j])) & col(ba[j])
+            there = eligible & (ex == col(bx[j].to(_SMALL))) & (ey == col(by[j].to(_SMALL)))
+            there = there & col(ba[j])
             first = (order * there.long() - (~there).long()).max(1).values
-            hit = there.any(1)
+            hit = any_rows(there)
             claimed = there & (order == col(first))
             eligible = eligible & ~claimed
             ealive = ealive & ~claimed
             ba[j] = ba[j] & ~hit
             reward += hit.long()
         due = shooters & (eshot == 0)
-        eshot = select(due, self._shot_interval, eshot - shooters.long())
+        eshot = select(due, self._shot_interval, eshot - shooters.to(_SMALL))
         due = due & inside
         eb_left = s["eb_left"] | self._paint(ey, ex, due & ~er)
         eb_right = s["eb_right"] | self._paint(ey, ex, due & er)
@@ -324,7 +342,7 @@ class Seaquest(MinAtarEnv):
 
     def _paint(self, y: torch.Tensor, x: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
         """A [N, 10, 10] grid with the cells (y, x) [N, K] set where ``present``."""
-        idx = select(present, flat_cell(y, x), self._sink100)
+        idx = select(present, flat_cell(y, x), self._sink100).long()
         grid = torch.zeros(self.num_envs, 101, dtype=torch.bool, device=self.device)
         grid.scatter_(1, idx, True)
         return grid[:, :100].reshape(self.num_envs, 10, 10)
@@ -369,12 +387,12 @@ class Seaquest(MinAtarEnv):
         eb = s["eb_left"] | s["eb_right"]
         obs[:, 400:500] = eb.view(n, 100)
         # Enemies: scattered, the absent ones onto the player's own cell, which is set anyway.
-        sink = flat_cell(sy, sx).unsqueeze(1)
+        sink = flat_cell(sy, sx).unsqueeze(1).to(_SMALL)
         ex, ey, alive, sub = s["en_x"], s["en_y"], s["en_alive"], s["en_sub"]
         cell = flat_cell(ey, ex.clamp(0, 9))
-        obs.scatter_(1, select(alive & ~sub, 500 + cell, sink), 1)
-        obs.scatter_(1, select(alive & sub, 600 + cell, sink), 1)
-        back = ex - (s["en_right"].long() * 2 - 1)
+        obs.scatter_(1, select(alive & ~sub, 500 + cell, sink).long(), 1)
+        obs.scatter_(1, select(alive & sub, 600 + cell, sink).long(), 1)
+        back = ex - (s["en_right"].to(_SMALL) * 2 - 1)
         trail = alive & (back >= 0) & (back <= 9)
-        obs.scatter_(1, select(trail, 300 + flat_cell(ey, back.clamp(0, 9)), sink), 1)
+        obs.scatter_(1, select(trail, 300 + flat_cell(ey, back.clamp(0, 9)), sink).long(), 1)
         return obs

@@ -101,9 +101,11 @@ class AgentConfig:
     """torch.compile the minibatch forward and its backward (inductor). It pays where kernel
     launches dominate a large network's update on a GPU: see docs/benchmarks.md for where it
     was measured; the first update of a run waits for the compilation."""
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """The minibatch forward in bfloat16 autocast (convolutions and matrix products; losses,
-    gradients and the optimizer stay float32): for image networks on a GPU."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """bf16: the minibatch forward in bfloat16 autocast (convolutions and matrix products;
+    losses, gradients and the optimizer stay float32). auto: bf16 for a network with an image
+    encoder on a GPU (MinAtar Breakout on an H200: the update 2x faster, the same return at
+    10M steps; docs/benchmarks.md), fp32 everywhere else."""
     max_grad_norm: float = 1.0
     """Global gradient norm clip (after averaging across ranks)."""
     norm_adv: bool = True

@@ -51,6 +51,22 @@ def test_on_policy_ppo_solves_cartpole_under(tmp_path, strategy):
     assert best >= 475.0, [r["episode_return_mean"] for r in records]
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "strategy",
+    ["allreduce", *(pytest.param(s, marks=pytest.mark.long) for s in sorted(STRATEGIES)[1:])],
+)
+def test_cnn_ppo_trains_on_minatar_pixels_under(tmp_path, strategy):
+    """MinAtar Breakout's uint8 grids through the minatar-cnn: collected, agreed on, shipped
+    as bytes (learner-actor) and trained on under every strategy (a few iterations: learning
+    to a return is measured in docs/benchmarks.md, not here)."""
+    flags = [*STRATEGIES[strategy], "--agent.max-iterations", "4", "--env.num-envs", "16"]
+    flags += ["--agent.num-steps", "32", "--agent.num-minibatches", "4"]
+    records, _ = train(tmp_path, "minatar-breakout", flags)
+    assert records[-1]["iteration"] == 4
+    assert all(r["loss/value"] == r["loss/value"] for r in records)  # finite, trained
+
+
 @pytest.mark.long
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))

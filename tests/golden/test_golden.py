@@ -6,7 +6,8 @@ Bitwise on a CPU of the recorded capability under the recorded torch (float resu
 program can differ in the last bits between AVX2 and AVX512 kernels); to 1e-6 relative on another
 CPU, and to 1e-4 relative or 1e-6 absolute under another torch release, whose kernels sum in
 other orders (torch 2.11 against the 2.13 reference, seen on a GPU machine's CPU: 4e-8 on a
-policy loss of 3e-4 by iteration 5, 3e-7 on an explained variance of -7e-4).
+policy loss of 3e-4 by iteration 5, 3e-7 on an explained variance of -7e-4; the explained
+variance to 1e-5 absolute there, see EV_ABS).
 To re-record after a change that is *meant* to alter the numbers: ``python -m tests.golden.record``.
 """
 
@@ -27,6 +28,11 @@ REFERENCE = json.loads((Path(__file__).parent / "reference.json").read_text())
 SAME_TORCH = torch.__version__ == REFERENCE["torch"]
 SAME_CPU = SAME_TORCH and torch.backends.cpu.get_cpu_capability() == REFERENCE["cpu_capability"]
 REL, ABS = (1e-6, 1e-9) if SAME_TORCH else (1e-4, 1e-6)
+# The explained variance, 1 - Var(R - V) / Var(R), is near 0 here (~5e-4): a difference of two
+# nearly equal ratios, so its absolute error is that of the variances (~1e-6 relative), not of
+# itself. Under torch 2.11 on an H200 machine's CPU, 2 ranks, iteration 5: 4.7396e-4 against
+# the reference's 4.7223e-4 (1.7e-6 apart) while every other metric stayed within 1e-6.
+EV_ABS = ABS if SAME_TORCH else 1e-5
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -40,7 +46,8 @@ def test_fixed_seed_run_matches_the_recorded_reference(world: int, tmp_path: Pat
             if SAME_CPU or not isinstance(v, float):
                 assert g[k] == v, f"iteration {it + 1}: {k} = {g[k]!r}, reference {v!r}"
             else:
-                assert g[k] == pytest.approx(v, rel=REL, abs=ABS), f"iteration {it + 1}: {k}"
+                tol = EV_ABS if k == "explained_variance" else ABS
+                assert g[k] == pytest.approx(v, rel=REL, abs=tol), f"iteration {it + 1}: {k}"
     if SAME_CPU:
         assert got["policy_sha256"] == ref["policy_sha256"]
         assert got["optimizer_sha256"] == ref["optimizer_sha256"]

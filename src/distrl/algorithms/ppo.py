@@ -167,6 +167,8 @@ class PPO:
         self.optimizer = FlatAdam(self.flat_param, lr=cfg.learning_rate, eps=cfg.adam_eps)
         self.lr = cfg.learning_rate
         self._loss = torch.compile(self._forward) if cfg.compile else self._forward
+        images_on_gpu = device.type == "cuda" and policy.encoder is not None
+        self.bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and images_on_gpu)
         self.skipped_total = 0
         self.consecutive_skips = 0
 
@@ -230,10 +232,9 @@ class PPO:
     def gradient(self, mb: Batch, memory: torch.Tensor | None = None) -> torch.Tensor:
         """Loss and backward for one minibatch; returns ``flat`` = [grads | scalars].
         ``memory``: a recurrent policy's memory at its sequences' first step. The forward
-        runs compiled with ``--agent.compile`` and in bfloat16 autocast with
-        ``--agent.precision bf16`` (the backward follows it; gradients stay float32)."""
-        device = self.flat.device.type
-        with torch.autocast(device, torch.bfloat16, enabled=self.cfg.precision == "bf16"):
+        runs compiled with ``--agent.compile`` and in bfloat16 autocast where
+        ``--agent.precision`` says so (the backward follows it; gradients stay float32)."""
+        with torch.autocast(self.flat.device.type, torch.bfloat16, enabled=self.bf16):
             loss, parts = self._loss(mb, memory)
         return self.backward(loss, parts)
 

@@ -133,3 +133,16 @@ def test_play_after_short_training_prints_mean_and_std(capsys, tmp_path):
     assert code == 0 and "2 episodes, return" in out
     code, _, err = run_main(["play", str(run_dir), "--episodes", "0"], capsys)
     assert code == 2 and "--episodes must be at least 1" in err
+
+
+def test_version_is_the_package_s():
+    import contextlib
+    import io
+
+    from distrl import __version__
+    from distrl.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["--version"]) == 0
+    assert out.getvalue().strip() == f"distrl {__version__}"

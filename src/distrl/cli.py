@@ -218,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
+    if cmd in ("--version", "-V"):
+        from distrl import __version__
+
+        print(f"distrl {__version__}")
+        return 0
     if cmd == "train":
         return train_main(rest)
     if cmd == "play":

@@ -11,12 +11,16 @@ import dataclasses
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
+
+import tyro
 
 
 @dataclass(frozen=True)
 class EnvConfig:
-    num_envs: int = 1024
+    # --env.scene.num-envs: mjlab's / Isaac Lab's spelling, so seed 000's torchrun command of
+    # the rsl_rl world runs as written
+    num_envs: Annotated[int, tyro.conf.arg(aliases=("--env.scene.num-envs",))] = 1024
     """Environments per process (rank). Global envs = world_size * num_envs."""
     max_episode_steps: int | None = None
     """Override the task's time limit (None keeps the task's own, e.g. 500 for cartpole)."""

@@ -51,10 +51,14 @@ def check_one_run_dir(cwd: Path, run_dir: Path, out: str) -> None:
 
 
 def torchrun_command(cwd: Path) -> list[str]:
-    # the README's DD-PPO command; only the port is ours (torchrun's default 29500 may be taken)
+    # seed 000's DD-PPO command as written, mjlab's --env.scene.num-envs included; only the
+    # port is ours (torchrun's default 29500 may be taken) and the sizes are small
     head = f"--nproc_per_node=2 --master-port={free_port()} --no_python train cartpole"
+    head += f" --env.scene.num-envs {NUM_ENVS}"
     tail = f"--agent.max-iterations {ITERS} --distributed True --run-dir {cwd / 'run'}"
-    return [str(BIN / "torchrun"), *head.split(), *tail.split(), *SMALL]
+    small = SMALL[2:]  # (after its --env.num-envs)
+    assert SMALL[:2] == ["--env.num-envs", str(NUM_ENVS)]
+    return [str(BIN / "torchrun"), *head.split(), *tail.split(), *small]
 
 
 def nproc_launcher(cwd: Path) -> list[str]:

@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
+	# the MinAtar reference of the parity tests; --no-deps: it imports without the plotting
+	# stack (seaborn, pandas, scipy) its metadata asks for
+	$(BIN)/pip install -q --no-deps -c constraints.txt minatar
 	touch $(STAMP)
 
 setup-mujoco: setup

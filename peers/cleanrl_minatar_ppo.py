@@ -95,6 +95,13 @@ def make_env(game: str, max_episode_steps: int):
     return thunk
 
 
+def to_nchw(grids: np.ndarray) -> torch.Tensor:
+    """The envs' bool grids [N, H, W, C] as contiguous float [N, C, H, W]: the convolution's
+    layout (a permuted view in the network made each minibatch's forward and backward ~1.3x
+    slower on this machine's CPU)."""
+    return torch.from_numpy(grids).permute(0, 3, 1, 2).to(torch.float32).contiguous()
+
+
 def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
     nn.init.orthogonal_(layer.weight, std)
     nn.init.constant_(layer.bias, bias)
@@ -106,7 +113,7 @@ class Agent(nn.Module):
 
     def __init__(self, obs_shape: tuple[int, int, int], num_actions: int):
         super().__init__()
-        h, w, c = obs_shape  # MinAtar grids are H x W x C
+        c, h, w = obs_shape
         self.network = nn.Sequential(
             layer_init(nn.Conv2d(c, 16, 3, stride=1)),
             nn.ReLU(),
@@ -117,14 +124,11 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(128, num_actions), std=0.01)
         self.critic = layer_init(nn.Linear(128, 1), std=1.0)
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.network(x.permute(0, 3, 1, 2))  # NHWC 0/1 floats -> NCHW
-
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.features(x))
+        return self.critic(self.network(x))
 
     def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor | None = None):
-        hidden = self.features(x)
+        hidden = self.network(x)
         probs = Categorical(logits=self.actor(hidden))
         if action is None:
             action = probs.sample()
@@ -145,7 +149,8 @@ def main() -> None:
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     assert isinstance(envs.single_action_space, gym.spaces.Discrete)
-    obs_shape = envs.single_observation_space.shape
+    h, w, c = envs.single_observation_space.shape  # MinAtar grids are H x W x C
+    obs_shape = (c, h, w)
     agent = Agent(obs_shape, int(envs.single_action_space.n)).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
@@ -163,7 +168,7 @@ def main() -> None:
     rollout_s = update_s = 0.0  # the two phases' time, beside distrl's time/rollout, time/learn
     start_time = time.perf_counter()
     next_obs_np, _ = envs.reset(seed=args.seed)
-    next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32)
+    next_obs = to_nchw(next_obs_np)
     next_done = torch.zeros(args.num_envs)
 
     for iteration in range(1, args.num_iterations + 1):
@@ -183,7 +188,7 @@ def main() -> None:
 
             next_obs_np, reward, terminations, truncations, infos = envs.step(action.numpy())
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
-            next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32)
+            next_obs = to_nchw(next_obs_np)
             done = np.logical_or(terminations, truncations)
             next_done = torch.as_tensor(done, dtype=torch.float32)
 

@@ -1,8 +1,11 @@
 """A CleanRL-style single-file PyTorch PPO on the reference MinAtar: the peer for distrl's
 ``minatar-*`` wall-time figures (docs/benchmarks.md, "MinAtar (pixels)").
 
+    pip install -c constraints.txt minatar==1.0.15   # beside distrl (gymnasium, torch)
     python peers/cleanrl_minatar_ppo.py --game breakout --total-timesteps 491520 --seed 0 \\
         --threads 1
+
+(minatar logs at import that seaborn and matplotlib are missing: only its rendering needs them.)
 
 What it is: PPO laid out as CleanRL's ``ppo.py`` / ``ppo_atari.py`` (one script, one loop:
 rollout, GAE, K epochs of shuffled minibatches; orthogonal init, actor head gain 0.01, critic
@@ -27,7 +30,7 @@ time-limit truncation is treated as a termination (no bootstrap from the final o
 distrl bootstraps it) and advantages are normalized per minibatch (distrl: over the whole batch).
 At Breakout's early returns episodes seldom reach 1000 steps, so neither changes the work done.
 
-Prints JSON lines at the end: ``{"peer": ..., "env_steps", "wall_s" (training: from the first
+Prints one JSON line at the end: ``{"peer": ..., "env_steps", "wall_s" (training: from the first
 reset to the end of the last update), "env_steps_per_s", "rollout_s" and "update_s" (the
 rollouts' time and the updates', GAE included, as distrl's time/rollout and time/learn),
 "return_mean_100" (the last 100 finished episodes), "episodes", ...}``; one line per iteration

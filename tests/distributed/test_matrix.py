@@ -41,8 +41,19 @@ def train(tmp_path: Path, task: str, flags: list[str]) -> tuple[list[dict], str]
     return records, out
 
 
+# ps-bsp (the same updates as allreduce: tests/distributed/test_same_seed.py) and async
+# learner-actor (learner-actor on-policy stays) run in make test-long, to keep make test ~10 min
+LONG_CARTPOLE = ("ps-bsp", "learner-actor-async")
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        pytest.param(s, marks=pytest.mark.long) if s in LONG_CARTPOLE else s
+        for s in sorted(STRATEGIES)
+    ],
+)
 def test_on_policy_ppo_solves_cartpole_under(tmp_path, strategy):
     records, _ = train(tmp_path, "cartpole", STRATEGIES[strategy])
     best = max(r["episode_return_mean"] or 0.0 for r in records)

@@ -97,3 +97,36 @@ def test_sequence_minibatches_hold_whole_sequences_and_split_across_ranks():
     with pytest.raises(ValueError, match="do not split into --agent.num-minibatches 3"):
         sequence_minibatches(T, 4, 3, torch.Generator())
     assert len(minibatch_indices(T, N, M, torch.Generator())) == M
+
+
+def test_predict_takes_numpy_or_torch_one_or_a_batch_as_sb3_does():
+    import numpy as np
+
+    torch.manual_seed(0)
+    policy = ActorCritic(3, SPACE, PolicyConfig())
+    batch = torch.randn(5, 3)
+    action, state = policy.predict(batch.numpy())
+    assert isinstance(action, np.ndarray) and action.shape == (5,) and state is None
+    assert np.array_equal(action, policy.act_deterministic(batch).numpy())
+    one, _ = policy.predict(batch[0].numpy())
+    assert isinstance(one, np.ndarray) and one.shape == () and one == action[0]
+    row, _ = policy.predict(batch[:1].numpy())  # a batch of one stays a batch
+    assert row.shape == (1,)
+    t, _ = policy.predict(batch)
+    assert isinstance(t, torch.Tensor) and torch.equal(t, torch.as_tensor(action))
+    sampled, _ = policy.predict(batch, deterministic=False)
+    assert sampled.shape == (5,) and ((sampled >= 0) & (sampled < 3)).all()
+
+
+def test_predict_carries_a_recurrent_policy_s_memory_between_calls():
+    torch.manual_seed(0)
+    policy = ActorCritic(3, SPACE, PolicyConfig(recurrent="lstm", recurrent_hidden=8))
+    obs = torch.randn(4, 3)
+    memory = policy.initial_memory(4)
+    ours = [policy.act_deterministic(obs * k, memory) for k in (1.0, -1.0, 2.0)]
+    state, theirs = None, []
+    for k in (1.0, -1.0, 2.0):
+        action, state = policy.predict((obs * k).numpy(), state)
+        theirs.append(torch.as_tensor(action))
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    assert state.shape == (4, 2, 8)

@@ -10,7 +10,9 @@ same normalization within an iteration.
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -286,6 +288,45 @@ class ActorCritic(nn.Module):
         if new_memory is not None and memory is not None:
             memory.copy_(new_memory)
         return action
+
+    def predict(
+        self,
+        obs: Any,
+        memory: Any = None,
+        deterministic: bool = True,
+    ) -> tuple[Any, Any]:
+        """Stable-Baselines3's ``predict``: ``(action, memory) = policy.predict(obs)``.
+
+        ``obs``: a numpy array or a torch tensor, one observation (``obs_shape``, or a flat
+        row) or a batch of them; the action comes back as the same kind (numpy or torch, on
+        the observation's device) and batch shape: env actions, clipped to the bounds.
+        ``deterministic``: the most likely action or the mean; False samples. ``memory``: a
+        recurrent policy's memory from the previous call (None: an episode's start; the
+        returned one goes into the next call, zeroed where an episode ended); None comes back
+        for a memoryless policy. Nothing is modified in place and no gradient is kept."""
+        as_numpy = isinstance(obs, np.ndarray)
+        device = self.normalizer.count.device
+        x = torch.as_tensor(obs, device=device)
+        x = x.to(self.obs_dtype) if x.dtype != self.obs_dtype else x
+        single = x.dim() == 1 or (x.dim() == len(self.obs_shape) and x.numel() == self.obs_dim)
+        x = x.reshape(-1, self.obs_dim)
+        m = None
+        if self.recurrent:
+            m = self.initial_memory(x.shape[0]) if memory is None else memory
+            m = torch.as_tensor(m, device=device, dtype=torch.float32)
+            m = m.reshape(x.shape[0], *self.initial_memory(1).shape[1:]).clone()
+        with torch.no_grad():
+            if deterministic:
+                action, _, new_memory = self.deterministic(x, m)
+            else:
+                sampled, _, _ = self.act(x, memory=m)
+                action, new_memory = self.env_action(sampled), m
+        out = action[0] if single else action
+        if new_memory is not None and single:
+            new_memory = new_memory[0]
+        if as_numpy:
+            return out.cpu().numpy(), None if new_memory is None else new_memory.cpu().numpy()
+        return out.to(getattr(obs, "device", device)), new_memory
 
     def evaluate(
         self,

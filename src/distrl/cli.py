@@ -90,7 +90,9 @@ def train_main(argv: list[str] | None = None) -> int:
         session.run_training(cfg)
     except (Exception, KeyboardInterrupt) as e:
         rank = int(os.environ.get("RANK", "0"))
-        why = liveness.dropped_reason(rank) if isinstance(e, liveness.PeerFailure) else None
+        # the last question this rank asks: a busy store host (a loaded machine) gets longer
+        failed = isinstance(e, liveness.PeerFailure)
+        why = liveness.dropped_reason(rank, 3 * liveness.STORE_WAIT) if failed else None
         if why is not None:  # the run goes on without this rank: leave quietly, exit 0
             print(f"rank {rank}: dropped from the run ({why}); leaving", file=sys.stderr)
             liveness.mark_left(rank)

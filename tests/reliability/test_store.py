@@ -73,3 +73,40 @@ def test_a_live_store_carries_heartbeats_and_drops(stoppable_store):
     with pytest.raises(liveness.RankDropped, match="too slow"):
         liveness.heartbeat(ctx, 4)
     assert not liveness._store_down
+
+
+CHILD = """
+import sys, time
+from distrl.distributed import liveness
+from torch.distributed import distributed_c10d
+
+def busy(store):  # 0.3 s of this process's CPU time: it does not pass while stopped
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.3:
+        pass
+    return "answered"
+
+distributed_c10d._get_default_store = lambda: object()
+liveness.STORE_WAIT = 1.0
+print("start", flush=True)
+print(liveness.store_op(busy), liveness._store_down, flush=True)
+"""
+
+
+def test_a_rank_stopped_mid_operation_does_not_take_the_stop_for_a_silent_store():
+    """A stalled rank is stopped wherever it is, possibly inside a store operation; woken
+    (release_dropped sends SIGCONT), it must still read the store, or it cannot learn that
+    it was dropped and exits 1 instead of leaving quietly."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "start"
+        time.sleep(0.1)
+        os.kill(child.pid, signal.SIGSTOP)
+        time.sleep(2.0)  # twice STORE_WAIT
+        os.kill(child.pid, signal.SIGCONT)
+        out, _ = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert out.strip() == "(True, 'answered') False", out

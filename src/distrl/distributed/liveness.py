@@ -80,11 +80,24 @@ def store_op(op: Callable[[Any], Any], wait: float | None = None) -> tuple[bool,
 
     worker = threading.Thread(target=run, name="distrl-store", daemon=True)
     worker.start()
-    worker.join(STORE_WAIT if wait is None else wait)
+    _join_while_running(worker, STORE_WAIT if wait is None else wait)
     if not box or not box[0][0]:
         _store_down = True
         return False, None
     return box[0]
+
+
+def _join_while_running(worker: threading.Thread, wait: float) -> None:
+    """``worker.join(wait)``, where time this process spent stopped (SIGSTOP, then SIGCONT)
+    does not count: a rank stopped in the middle of a store operation and woken later (a
+    dropped rank that ``release_dropped`` wakes) must not take the clock's jump for a store
+    that did not answer, give the store up and then fail to read why it was dropped. The wait
+    is taken in slices; a slice counts at most ``4 * slice``."""
+    step, waited = 0.05, 0.0
+    while worker.is_alive() and waited < wait:
+        t0 = time.monotonic()
+        worker.join(min(step, wait - waited))
+        waited += min(time.monotonic() - t0, 4 * step)
 
 
 def register(rank: int) -> None:
@@ -108,11 +121,12 @@ def heartbeat(ctx: DistContext, iteration: int) -> None:
         raise RankDropped(f"rank {ctx.rank}: dropped from the run: {why}")
 
 
-def dropped_reason(rank: int) -> str | None:
-    """Why ``rank`` was dropped (``release_dropped``), or None: not dropped, or no store."""
+def dropped_reason(rank: int, wait: float | None = None) -> str | None:
+    """Why ``rank`` was dropped (``release_dropped``), or None: not dropped, or no store
+    (``wait``: as ``store_op``)."""
     key = f"distrl/dropped/{rank}"
     reason: str | None = store_op(
-        lambda store: store.get(key).decode() if store.check([key]) else None
+        lambda store: store.get(key).decode() if store.check([key]) else None, wait
     )[1]
     return reason
 

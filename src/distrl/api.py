@@ -174,7 +174,8 @@ def _launch(cfg: TrainConfig) -> TrainResult:
         # --config drops resume: pass it on; with restarts a restart continues, not starts over
         if cfg.resume is not None or cfg.max_restarts > 0:
             argv += ["--resume", cfg.resume or "auto"]
-        code = launch.launch(cfg.nproc, cfg.max_restarts, argv, cfg.stop_timeout, str(run_dir))
+        start = launch.launcher(cfg.dist.strategy)
+        code = start(cfg.nproc, cfg.max_restarts, argv, cfg.stop_timeout, str(run_dir))
     # Ctrl-C or SIGTERM: the ranks stopped and saved (distrl.interrupts); say so, as one process
     interrupted = {interrupts.exit_code(s.name): s.name for s in interrupts.SIGNALS}.get(code)
     if code != 0 and interrupted is None:

@@ -73,7 +73,8 @@ def train_main(argv: list[str] | None = None) -> int:
         args = ["train", *args, "--distributed", "True", "--run-dir", run_dir]
         if cfg.max_restarts > 0 and cfg.resume is None:  # a restart continues, not starts over
             args += ["--resume", "auto"]
-        return launch.launch(cfg.nproc, cfg.max_restarts, args, cfg.stop_timeout, run_dir, IMPORTED)
+        start = launch.launcher(cfg.dist.strategy)
+        return start(cfg.nproc, cfg.max_restarts, args, cfg.stop_timeout, run_dir, IMPORTED)
     if not launch.under_torchrun():
         final = session.run_training(cfg)
         # after Ctrl-C or SIGTERM (the final checkpoint written): the shell's code for the signal
@@ -93,7 +94,10 @@ def train_main(argv: list[str] | None = None) -> int:
         # the last question this rank asks: a busy store host (a loaded machine) gets longer
         failed = isinstance(e, liveness.PeerFailure)
         why = liveness.dropped_reason(rank, 3 * liveness.STORE_WAIT) if failed else None
-        if why is not None:  # the run goes on without this rank: leave quietly, exit 0
+        if isinstance(e, liveness.RankDropped):  # it knows why: leave quietly, exit 0
+            print(f"{e}; leaving", file=sys.stderr)
+            liveness.mark_left(rank)
+        elif why is not None:  # the run goes on without this rank: leave quietly, exit 0
             print(f"rank {rank}: dropped from the run ({why}); leaving", file=sys.stderr)
             liveness.mark_left(rank)
         else:

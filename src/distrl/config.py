@@ -152,12 +152,16 @@ class PSConfig:
 
 @dataclass(frozen=True)
 class DistConfig:
-    strategy: Literal["allreduce", "ps-bsp", "ps-asp", "ps-bap", "learner-actor"] = "allreduce"
+    strategy: Literal["allreduce", "elastic", "ps-bsp", "ps-asp", "ps-bap", "learner-actor"] = (
+        "allreduce"
+    )
     """How gradients become parameters across ranks: allreduce (DD-PPO: every rank collects and
-    learns), a parameter server on rank 0 with the other ranks as workers: ps-bsp (wait for
-    every worker each minibatch), ps-asp (apply each gradient as it comes), ps-bap (bounded
-    staleness, see --dist.ps.*), or learner-actor (ranks < --dist.learners train,
-    the others only collect; weights reach them through a routing table)."""
+    learns), elastic (allreduce that survives a lost rank without a restart: the survivors go
+    on, a replacement rejoins; distrl train --nproc N only), a parameter server on rank 0 with
+    the other ranks as workers: ps-bsp (wait for every worker each minibatch), ps-asp (apply
+    each gradient as it comes), ps-bap (bounded staleness, see --dist.ps.*), or learner-actor
+    (ranks < --dist.learners train, the others only collect; weights reach them through a
+    routing table)."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """auto: NCCL when CUDA is used, Gloo otherwise."""
     timeout: float = 120.0

@@ -97,9 +97,7 @@ def test_a_rank_stopped_mid_operation_does_not_take_the_stop_for_a_silent_store(
     """A stalled rank is stopped wherever it is, possibly inside a store operation; woken
     (release_dropped sends SIGCONT), it must still read the store, or it cannot learn that
     it was dropped and exits 1 instead of leaving quietly."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True
-    )
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "start"
         time.sleep(0.1)

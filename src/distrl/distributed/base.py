@@ -211,6 +211,15 @@ class Strategy(Protocol):
     def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Make every rank's replica (parameters, buffers, optimizer state) equal rank 0's."""
 
+    def iterate(self, runner: Any) -> dict[str, Any]:
+        """One iteration of a collecting and learning rank: ``runner.iterate()``, or, where the
+        strategy survives a lost peer, that iteration redone or discarded ({}) after one."""
+        ...
+
+    def record_metrics(self) -> dict[str, Any]:
+        """Keys the strategy adds to every iteration's record (``dist/...``)."""
+        ...
+
     def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision:
         """Turn this rank's ``[grads | scalars]`` of one minibatch into new parameters."""
         ...

@@ -108,6 +108,16 @@ class Collectives:
     def finish(self) -> None:
         """Nothing to tell anyone (strategies with a server override this)."""
 
+    def iterate(self, runner: Any) -> dict[str, Any]:
+        """One iteration of a rank that collects and learns (``elastic`` survives a peer's
+        failure inside it)."""
+        record: dict[str, Any] = runner.iterate()
+        return record
+
+    def record_metrics(self) -> dict[str, Any]:
+        """What the strategy adds to each iteration's record (none here)."""
+        return {}
+
     # ---- tensors --------------------------------------------------------------------------
     def allreduce_sum_(self, tensor: torch.Tensor) -> None:
         if self.active:

@@ -64,6 +64,9 @@ class StrategySpec:
     every_rank_learns: bool = False
     """Every rank computes gradients and takes each step with the others (no server, no
     actors): ``distrl pretrain`` runs under it."""
+    launcher: str = ""
+    """The module whose ``launch`` starts its ranks for ``distrl train --nproc N`` (empty:
+    torchrun, ``distributed/launch.py``)."""
 
 
 _EPISODES_LA = (
@@ -74,6 +77,10 @@ _POPART_PS = (
     "PopArt rescales the critic's output layer when the agreed value-target statistics move, and "
     "under a parameter server the weights live on the server while the workers agree on the "
     "statistics; use --dist.strategy allreduce or learner-actor, or --policy.popart-tasks 0"
+)
+_EPISODES_ELASTIC = (
+    "its episodic batches shard whole tasks over a fixed set of ranks, which a lost rank would "
+    "change mid-iteration; use --dist.strategy allreduce"
 )
 _UNAGREED = "each worker's statistics reach the server alone; the workers do not agree on them"
 
@@ -99,6 +106,12 @@ def _allreduce(ctx: DistContext, cfg: TrainConfig) -> Strategy:
     return AllReduceStrategy(ctx, profile_sync=cfg.dist.profile_sync, timeout=cfg.dist.timeout)
 
 
+def _elastic(ctx: DistContext, cfg: TrainConfig) -> Strategy:
+    from distrl.distributed import elastic
+
+    return elastic.build(ctx, cfg)
+
+
 def _ps(mode: str, options: tuple[str, ...] = (), agreed: bool = True) -> StrategySpec:
     def build(ctx: DistContext, cfg: TrainConfig) -> Strategy:
         return ParameterServer(ctx, cfg, mode)
@@ -109,6 +122,17 @@ def _ps(mode: str, options: tuple[str, ...] = (), agreed: bool = True) -> Strate
 
 STRATEGIES: dict[str, StrategySpec] = {
     "allreduce": StrategySpec(_allreduce, options=("profile_sync",), every_rank_learns=True),
+    "elastic": StrategySpec(
+        _elastic,
+        options=("profile_sync",),
+        lacks={WHOLE_EPISODES: _EPISODES_ELASTIC},
+        min_world=lambda d: 2,
+        too_few=lambda d, world: (
+            f"--dist.strategy elastic keeps training when one of several ranks is lost; it "
+            f"needs at least 2 processes, got {world}; use distrl train --nproc N (N >= 2)"
+        ),
+        launcher="distrl.distributed.elastic_launch",
+    ),
     "ps-bsp": _ps("bsp"),
     "ps-asp": _ps("asp", ("ps.staleness_lr",), agreed=False),
     "ps-bap": _ps("bap", ("ps.staleness", "ps.lifetime"), agreed=False),

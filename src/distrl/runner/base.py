@@ -200,6 +200,7 @@ class Runner(ABC):
             "time/learn": learn,
             "time/comm": comm,
             "time/sync": sync if self.strategy.measures_sync else None,
+            **self.strategy.record_metrics(),
             **metrics,
         }
 

@@ -54,7 +54,7 @@ def collect_and_learn(runner: Runner) -> dict[str, Any]:
     record: dict[str, Any] = {}
     strategy.take_times()
     while not runner.done:
-        record = runner.iterate()
+        record = strategy.iterate(runner) or record
     runner.finished()
     strategy.verify_replicas(runner.policy)
     strategy.finish()

@@ -1,0 +1,459 @@
+"""``--dist.strategy elastic``: data-parallel PPO (every rank collects and learns, one flat
+all-reduce per minibatch, as ``allreduce``) that survives a lost rank without a restart.
+
+Why a strategy and not an option of ``allreduce``: it needs its own launcher. torchrun's agent
+stops every rank when one dies and restarts them all, so survivors cannot go on under it;
+``distrl train --nproc N --dist.strategy elastic`` instead starts the N rank processes itself
+(``distributed/elastic_launch.py``), hosts a membership store on loopback, and restarts only
+the process that died. TorchFT (a quorum server and one process group per replica group) was
+evaluated and not used: see docs/reliability.md, "Elastic data-parallel training".
+
+Membership lives in the launcher's TCPStore under ``el/``; each *epoch* is one membership (a
+list of ``slot:pid``) and one Gloo process group made from a ``PrefixStore`` of that epoch:
+
+- **start**: every slot writes ``el/want/<slot>``; epoch 0 is all N slots.
+- **a rank dies or stalls** (its collectives fail: at once for a dead peer, after
+  ``--dist.timeout`` for a stopped one): each survivor drops its process group (the others'
+  collectives then fail at once too), rolls its learner back to the start of the iteration
+  unless its update had completed, and votes ``el/<e>/vote/<slot>`` with the iteration it
+  holds. The first survivor that sees every member voted or dead (the launcher marks a process
+  that exited, ``el/dead/<pid>``), or ``--dist.timeout`` pass since its own vote, writes the
+  next epoch's members once (``compare_set``) and marks the others ``el/out/<pid>`` (the
+  launcher kills such a process, and starts a replacement). The survivors form the new group,
+  and the one holding the newest iteration (the lowest slot on a tie) broadcasts its learner
+  state to all: the iteration is discarded, not half-applied, and every replica stays bitwise
+  identical. Gradient averaging and every agreed statistic then run over the live ranks.
+- **a replacement** (the launcher restarting a slot) writes its ``el/want`` and waits; the
+  epoch leader sees it at the next iteration (one store read per iteration), says so in the
+  ``reduce_stats`` row every rank already exchanges, and at that iteration's end every member
+  and the newcomer form the next epoch; the leader's state (weights, optimizer, normalizers,
+  iteration, env steps) reaches the newcomer over the new group, never from disk.
+
+Env steps count only committed iterations of the ranks that took part in them. Each rank's
+random streams are fixed by the seed, its slot and the epoch it joined at (a replacement seeds
+``seed + slot + N * epoch``), so the same failures at the same iterations give the same run.
+Slot 0 writes metrics and checkpoints, as rank 0 does elsewhere: while it is down (between its
+death and its replacement's return) the others train on and nothing is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime
+import io
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from distrl.distributed.allreduce import AllReduceStrategy
+from distrl.distributed.base import Agreed
+from distrl.distributed.context import DistContext
+from distrl.distributed.liveness import PeerFailure, RankDropped
+
+if TYPE_CHECKING:
+    from distrl.runner.base import Runner
+
+STORE_ENV = "DISTRL_ELASTIC"
+"""host:port of the launcher's membership store, in every rank's environment."""
+JOIN_ENV = "DISTRL_ELASTIC_JOIN"
+"""Set for a replacement process: it joins a running epoch and takes its state from a peer."""
+POLL = 0.02
+
+
+@dataclass(frozen=True)
+class Member:
+    slot: int
+    pid: int
+
+    def __str__(self) -> str:
+        return f"{self.slot}:{self.pid}"
+
+
+def _parse(text: str) -> list[Member]:
+    return [Member(*map(int, x.split(":"))) for x in text.split(",") if x]
+
+
+def _text(members: list[Member]) -> str:
+    return ",".join(map(str, members))
+
+
+class Membership:
+    """This process's view of the run's membership, through the launcher's store."""
+
+    def __init__(self, store: Any, slot: int, slots: int, timeout: float, backend: str):
+        self.store, self.slot, self.slots = store, slot, slots
+        self.timeout, self.backend = timeout, backend
+        self.me = Member(slot, os.getpid())
+        self.epoch = -1
+        self.members: list[Member] = []
+        self.joined_late = False
+        self.admitted = 0  # joins the leader has taken in (el/wants counts every join)
+        self._graveyard: list[Any] = []  # broken groups, kept so no destructor blocks on them
+
+    @classmethod
+    def connect(cls, slot: int, slots: int, timeout: float, backend: str) -> Membership:
+        host, port = os.environ[STORE_ENV].rsplit(":", 1)
+        store = dist.TCPStore(
+            host,
+            int(port),
+            is_master=False,
+            timeout=datetime.timedelta(seconds=max(timeout, 30.0)),
+            use_libuv=True,
+        )
+        return cls(store, slot, slots, timeout, backend)
+
+    # ---- who is in --------------------------------------------------------------------------
+    @property
+    def index(self) -> int:
+        return self.members.index(self.me)
+
+    @property
+    def leader(self) -> bool:
+        return self.index == 0
+
+    def join(self) -> None:
+        """Say this process wants in; wait until an epoch takes it (the first: all slots)."""
+        self.store.set(f"el/want/{self.slot}", str(self.me.pid))
+        self.store.add("el/wants", 1)
+        if os.environ.get(JOIN_ENV):
+            self.joined_late = True
+            key = f"el/admit/{self.me}"
+            patience = max(60.0, 3 * self.timeout)
+            while not self.store.check([key]):
+                if self.store.check(["el/finished"]):
+                    raise RankDropped(f"slot {self.slot}: the run finished before it could join")
+                beat = float(self.store.get("el/beat").decode())
+                if time.time() - beat > patience:
+                    raise PeerFailure(
+                        f"slot {self.slot}: waited to join, but no member has finished an "
+                        f"iteration for {patience:g} s; the run is not making progress"
+                    )
+                time.sleep(POLL * 5)
+            self._enter(int(self.store.get(key).decode()))
+            started = float(os.environ.get("DISTRL_ELASTIC_STARTED", "nan"))
+            print(
+                f"elastic: slot {self.slot} (pid {self.me.pid}) joined epoch {self.epoch} "
+                f"{time.time() - started:.2f} s after its process was started",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        keys = [f"el/want/{s}" for s in range(self.slots)]
+        self.store.wait(keys, datetime.timedelta(seconds=max(self.timeout, 60.0)))
+        first = [Member(s, int(self.store.get(k).decode())) for s, k in enumerate(keys)]
+        self.store.compare_set("el/0/members", "", _text(first))
+        self.store.set("el/beat", f"{time.time():.3f}")
+        self.admitted = self.slots
+        self._enter(0)
+
+    def _enter(self, epoch: int) -> None:
+        """Form epoch ``epoch``'s process group (the default group of this process)."""
+        members = _parse(self.store.get(f"el/{epoch}/members").decode())
+        if self.me not in members:
+            raise RankDropped(f"slot {self.slot}: left out of epoch {epoch}")
+        self._drop_group()
+        self.epoch, self.members = epoch, members
+        try:
+            dist.init_process_group(
+                backend=self.backend,
+                store=dist.PrefixStore(f"el/pg/{epoch}", self.store),
+                rank=self.index,
+                world_size=len(members),
+                timeout=datetime.timedelta(seconds=self.timeout),
+            )
+        except RuntimeError as e:  # a member died before it arrived (DistStoreError)
+            raise PeerFailure(
+                f"slot {self.slot}: epoch {epoch}'s group did not form: "
+                f"{str(e).splitlines()[0][:200]}"
+            ) from e
+
+    def _drop_group(self) -> None:
+        """Leave the current group: it is aborted, so its sockets close and peers blocked in a
+        collective with this rank fail at once (without it they would wait out the timeout),
+        and the object is kept alive, so that no destructor waits on a stopped peer."""
+        if dist.is_initialized():
+            group = dist.distributed_c10d._get_default_group()
+            self._graveyard.append(group)
+            with contextlib.suppress(Exception):
+                group.abort()  # Gloo closes its pairs: peers blocked on this rank fail now
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+    # ---- joins ------------------------------------------------------------------------------
+    def joins_waiting(self) -> bool:
+        """Leader only: a process asked to join since the last admission (one store read)."""
+        if not self.leader:
+            return False
+        self.store.set("el/beat", f"{time.time():.3f}")
+        return int(self.store.add("el/wants", 0)) > self.admitted
+
+    def admit(self) -> int:
+        """Every member, at the iteration boundary all agreed on: the leader writes the next
+        epoch (the members plus each slot's newest process that is not in), the others wait
+        for it; everyone forms it. Returns how many joined."""
+        nxt = self.epoch + 1
+        key = f"el/{nxt}/members"
+        if self.leader:
+            wants = int(self.store.add("el/wants", 0))
+            slots = {m.slot for m in self.members}
+            new = []
+            for s in range(self.slots):
+                k = f"el/want/{s}"
+                if s not in slots and self.store.check([k]):
+                    pid = int(self.store.get(k).decode())
+                    if not self.store.check([f"el/dead/{pid}"]):  # (it asked, then died)
+                        new.append(Member(s, pid))
+            members = sorted(self.members + new, key=lambda m: m.slot)
+            self.store.set(f"el/{nxt}/wants", str(wants))
+            self.store.compare_set(key, "", _text(members))
+            for m in new:
+                self.store.set(f"el/admit/{m}", str(nxt))
+        self.store.wait([key], datetime.timedelta(seconds=max(self.timeout, 30.0)))
+        self.admitted = int(self.store.get(f"el/{nxt}/wants").decode())  # the next leader's too
+        before = len(self.members)
+        self._enter(nxt)
+        return len(self.members) - before
+
+    # ---- failures ---------------------------------------------------------------------------
+    def regroup(self, committed: int) -> tuple[int, list[Member]]:
+        """After a failed collective: vote with the iteration this rank holds, agree on the
+        survivors, form their group. Returns the index (in the new group) of the member whose
+        state everyone takes, and the members left out."""
+        self._drop_group()
+        e = self.epoch
+        self.store.set(f"el/{e}/vote/{self.slot}", f"{self.me.pid} {committed}")
+        key = f"el/{e + 1}/members"
+        deadline = time.monotonic() + self.timeout
+        while not self.store.check([key]):
+            votes = self._votes(e)
+            dead = [m for m in self.members if self.store.check([f"el/dead/{m.pid}"])]
+            settled = all(m in votes or m in dead for m in self.members)
+            if settled or time.monotonic() > deadline:
+                survivors = [m for m in self.members if m in votes]
+                self.store.compare_set(key, "", _text(survivors))
+                break
+            time.sleep(POLL)
+        survivors = _parse(self.store.get(key).decode())
+        lost = [m for m in self.members if m not in survivors]
+        for m in lost:
+            self.store.set(f"el/out/{m.pid}", str(e + 1))
+        votes = self._votes(e)
+        self._enter(e + 1)
+        held = [(votes[m], -m.slot) for m in self.members]
+        return held.index(max(held)), lost
+
+    def _votes(self, epoch: int) -> dict[Member, int]:
+        out = {}
+        for m in self.members:
+            k = f"el/{epoch}/vote/{m.slot}"
+            if self.store.check([k]):
+                pid, it = map(int, self.store.get(k).decode().split())
+                if pid == m.pid:
+                    out[m] = it
+        return out
+
+    def finish(self) -> None:
+        """The run is over: a replacement still waiting to join leaves."""
+        with contextlib.suppress(Exception):
+            self.store.set("el/finished", "1")
+
+
+class ElasticAllReduce(AllReduceStrategy):
+    name = "elastic"
+
+    def __init__(
+        self, ctx: DistContext, membership: Membership, profile_sync: bool, timeout: float
+    ):
+        super().__init__(ctx, profile_sync=profile_sync, timeout=timeout)
+        self.membership = membership
+        self.active = True  # a group of one still regroups when others join
+        self._joining = False
+        self._sync_pending = membership.joined_late
+        if membership.joined_late:  # a replacement's own streams: seed, slot, epoch it joined
+            self.seed_rank = ctx.rank + ctx.world_size * membership.epoch
+        self.failures = 0
+        self.joins = 0
+        self._follow()
+
+    def _follow(self) -> None:
+        """Rank, group size and the writer role from the current epoch."""
+        m = self.membership
+        self.rank, self.world_size = m.index, len(m.members)
+        self.group_size = self.world_size
+        self.is_main = self.ctx.rank == 0  # slot 0 writes (metrics, checkpoints)
+
+    @property
+    def num_collectors(self) -> int:
+        return self.world_size
+
+    def setup(self, policy: Any, learner: Any) -> None:
+        if not self._sync_pending:  # a replacement takes everything from a peer instead
+            super().setup(policy, learner)
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        if self._sync_pending:  # a replacement's start-up: the members are mid-run
+            return obj
+        return super().broadcast_object(obj, src)
+
+    def heartbeat(self, iteration: int) -> None:
+        """Nothing: the membership store knows who is in."""
+
+    # ---- the exchange each iteration already makes ------------------------------------------
+    def reduce_stats(
+        self, sums: dict[str, torch.Tensor], gather: dict[str, torch.Tensor] | None = None
+    ) -> Agreed:
+        gather = dict(gather or {})
+        note = 1.0 if self.membership.joins_waiting() else 0.0
+        gather["elastic/join"] = torch.tensor([note], dtype=torch.float64)
+        agreed = super().reduce_stats(sums, gather)
+        self._joining = bool(agreed.gathered.pop("elastic/join").sum() > 0)
+        slots = tuple(m.slot for m in self.membership.members)
+        return Agreed(agreed.sums, agreed.gathered, slots)
+
+    def record_metrics(self) -> dict[str, Any]:
+        return {
+            "dist/members": self.world_size,
+            "dist/epoch": self.membership.epoch,
+            "dist/failures": self.failures,
+            "dist/joins": self.joins,
+        }
+
+    # ---- one iteration, kept whole ------------------------------------------------------------
+    def iterate(self, runner: Runner) -> dict[str, Any]:
+        """``runner.iterate()``; a failure of a peer inside it is survived: the iteration is
+        discarded (or kept, where this rank's update had completed) and the survivors go on
+        from the state of the one holding the newest iteration. At the boundary where the
+        members agreed a process waits to join, it joins and receives that state."""
+        if self._sync_pending:
+            self._sync_state(runner, 0)
+            self._sync_pending = False
+            runner.message(
+                f"elastic: slot {self.ctx.rank} joined at epoch {self.membership.epoch}, "
+                f"iteration {runner.iteration}, state from slot {self.membership.members[0].slot}"
+            )
+            if runner.done:
+                return {}
+        snap = _snapshot(runner)
+        try:
+            record = runner.iterate()
+            if self._joining and not runner.done:  # (done is agreed: the same on every member)
+                self._admit(runner)
+        except RankDropped:
+            raise
+        except PeerFailure as e:
+            return self._survive(runner, snap, e)
+        return record
+
+    def _admit(self, runner: Runner) -> None:
+        self._joining = False
+        t0 = time.perf_counter()
+        added = self.membership.admit()
+        self._follow()
+        self._sync_state(runner, 0)
+        self.joins += added
+        runner.message(
+            f"elastic: {added} rank(s) joined at iteration {runner.iteration}: "
+            f"{len(self.membership.members)} members, epoch {self.membership.epoch} "
+            f"({time.perf_counter() - t0:.2f} s)"
+        )
+
+    def _survive(self, runner: Runner, snap: dict[str, Any], error: PeerFailure) -> dict:
+        t0 = time.perf_counter()
+        self._joining = False  # the note of a failed iteration is void; the leader asks again
+        if runner.iteration == snap["iteration"]:  # the update did not complete here
+            _restore(runner, snap)
+        lost: list[Member] = []
+        for attempt in range(1, 6):
+            try:
+                src, gone = self.membership.regroup(runner.iteration)
+                lost += gone
+                self._follow()
+                self._sync_state(runner, src)
+                break
+            except RankDropped:
+                raise
+            except PeerFailure:  # another member was lost while regrouping: once more
+                if attempt == 5:
+                    raise
+        self.failures += 1
+        runner.strategy.take_times()
+        what = ", ".join(f"slot {m.slot} (pid {m.pid})" for m in lost) or "none"
+        runner.message(
+            f"elastic: lost {what} at iteration {runner.iteration}; {self.world_size} ranks go "
+            f"on from epoch {self.membership.epoch} in {time.perf_counter() - t0:.2f} s "
+            f"({str(error).splitlines()[0][:160]})"
+        )
+        return {}
+
+    def _sync_state(self, runner: Runner, src: int) -> None:
+        """Member ``src``'s learner state to every member (one broadcast of its bytes)."""
+        if self.rank == src:
+            buf = io.BytesIO()
+            torch.save(_snapshot(runner), buf)
+            data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+            size = torch.tensor([data.numel()], dtype=torch.int64)
+        else:
+            size = torch.zeros(1, dtype=torch.int64)
+        self._timed(dist.broadcast, size, src=src, sync=False)
+        if self.rank != src:
+            data = torch.empty(int(size.item()), dtype=torch.uint8)
+        self._timed(dist.broadcast, data, src=src, sync=False)
+        if self.rank != src:
+            state = torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=True)
+            _restore(runner, state)
+
+    def finish(self) -> None:
+        if self.membership.leader:
+            self.membership.finish()
+
+
+def _snapshot(runner: Runner) -> dict[str, Any]:
+    """Everything the members hold alike: weights, the algorithm's state (optimizer,
+    normalizers), the iteration and the env-step count (copies)."""
+    state = {
+        "policy": runner.policy.state_dict(),
+        **runner.algorithm_state(),
+        "iteration": runner.iteration,
+        "env_steps": runner.env_steps,
+    }
+    copied: dict[str, Any] = copy.deepcopy(state)
+    return copied
+
+
+def _restore(runner: Runner, state: dict[str, Any]) -> None:
+    runner.policy.load_state_dict(state["policy"])
+    runner.load_algorithm_state(state)
+    runner.iteration = int(state["iteration"])
+
+
+_membership: Membership | None = None
+
+
+def enter_run(slot: int, slots: int, timeout: float, backend: str) -> None:
+    """This process joins the run (``distributed.context.init`` under the elastic launcher):
+    at the start with every slot, or, as a replacement, at the next iteration boundary."""
+    global _membership
+    if backend != "gloo":
+        raise ValueError(
+            f"--dist.strategy elastic runs on Gloo (CPU tensors) for now, got backend {backend}; "
+            f"use --device cpu (its regrouping has not run on NCCL)"
+        )
+    _membership = Membership.connect(slot, slots, timeout, backend)
+    _membership.join()
+
+
+def build(ctx: DistContext, cfg: Any) -> ElasticAllReduce:
+    """The strategy of a rank the elastic launcher started (``STRATEGIES['elastic']``)."""
+    if _membership is None:
+        raise ValueError(
+            "--dist.strategy elastic starts its own rank processes: run it with distrl train "
+            "--nproc N (torchrun's agent stops and restarts every rank when one dies, so the "
+            "survivors could not go on under it)"
+        )
+    return ElasticAllReduce(ctx, _membership, cfg.dist.profile_sync, cfg.dist.timeout)

@@ -103,7 +103,8 @@ class TrainResult:
     """The final checkpoint the policy was loaded from."""
     metrics: dict[str, Any]
     """The run's final numbers (iteration, env steps, last return, time, ...); ``interrupted``:
-    the signal (SIGINT, SIGTERM) that stopped it after a final checkpoint."""
+    the signal (SIGINT, SIGTERM) that stopped it after a final checkpoint; ``stopped``: why it
+    stopped before its last iteration (a hook's request, ``--agent.target-return``, a signal)."""
     rank: int = 0
     """This process's global rank (0 without torchrun)."""
 

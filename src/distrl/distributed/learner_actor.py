@@ -257,7 +257,7 @@ class LearnerActor(Collectives):
         self.targets = set(self.actors)  # learner: actors it still sends weights to
         self.messages: list[str] = []
         self.dropped: dict[int, str] = {}  # learner: actor -> why
-        self.heard = 0  # learner: the first interrupt an actor reported (its header's signal)
+        self.heard = 0  # learner: what its actors' headers noted (a signal or a stop request)
         self.stop_at: int | None = None  # actor: the version the learners stopped at
         self._acc = self._fresh()
 
@@ -320,8 +320,9 @@ class LearnerActor(Collectives):
             raise
 
     def interrupt_note(self) -> int:
-        """A learner adds its actors' interrupt to its own in the learners' exchange."""
-        return interrupts.received() or self.heard
+        """A learner adds its actors' interrupt (or stop request) to its own in the learners'
+        exchange."""
+        return interrupts.merge(interrupts.note(), self.heard)
 
     def verify_replicas(self, module: nn.Module) -> None:
         """The learners hold identical parameters (actors may hold older versions in async)."""
@@ -474,7 +475,7 @@ class LearnerActor(Collectives):
                 seconds=seconds,
                 part=part,
                 parts=parts,
-                signal=interrupts.received(),  # its learner passes it on (interrupt_note)
+                signal=interrupts.note(),  # its learner passes it on (interrupt_note)
                 length=length,
             )
 
@@ -531,8 +532,8 @@ class LearnerActor(Collectives):
         if head is None or why is not None:
             self._drop(actor, f"it sent {why}")
             return
-        if head.signal and not self.heard:  # the actor was interrupted: stop the run
-            self.heard = head.signal
+        if head.signal:  # the actor was interrupted or asked to stop: stop the run
+            self.heard = interrupts.merge(self.heard, head.signal)
         kind, part, parts = head.kind, head.part, head.parts
         if kind == ROLLOUT:
             self.pending[actor].append((head.version, head.seconds, payload.clone()))

@@ -93,8 +93,8 @@ class WorkerHeader(Header):
     nsums: int
     """Statistics: how many leading words of the row are sums."""
     signal: int = dataclasses.field(default=0, kw_only=True)
-    """The SIGINT or SIGTERM the worker received (0: none): the server stops the run
-    (``distrl.interrupts``)."""
+    """The SIGINT or SIGTERM the worker received, or its stop request (0: neither): the server
+    stops the run (``distrl.interrupts.note``)."""
     length: int
 
 
@@ -136,8 +136,8 @@ class ActorHeader(Header):
     part: int
     parts: int
     signal: int = dataclasses.field(default=0, kw_only=True)
-    """The SIGINT or SIGTERM the actor received (0: none): its learner passes it on to the
-    learners' exchange (``distrl.interrupts``)."""
+    """The SIGINT or SIGTERM the actor received, or its stop request (0: neither): its learner
+    passes it on to the learners' exchange (``distrl.interrupts.note``)."""
     length: int
 
 

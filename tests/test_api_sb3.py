@@ -31,3 +31,8 @@ def test_a_hook_may_ask_to_stop_from_any_method(tmp_path):
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert records[-1]["stopped"] == "enough"
     assert [r["my/iteration_squared"] for r in records] == [1, 4, 9]  # on_record: logged too
+
+
+def test_target_return_is_a_finite_number():
+    with pytest.raises(ValueError, match="--agent.target-return must be a finite return"):
+        distrl.make_config("cartpole", agent={"target_return": float("nan")})

@@ -337,17 +337,20 @@ class LearnerActor(Collectives):
         bufs = torch.cat([b.detach().reshape(-1).double().cpu() for b in self.policy.buffers()])
         return torch.cat([flat, pack64(bufs)])
 
-    def push_weights(self) -> None:
-        """Learner: the new version's chunks to every actor, as the routing table says."""
+    def push_weights(self, stop: bool = False) -> None:
+        """Learner: the new version's chunks to every actor, as the routing table says;
+        ``stop``: the learners' algorithm stopped early at this version (every learner decides
+        alike from the agreed statistics)."""
         t0 = time.perf_counter()
         self.version += 1
         vec = self._sync_vector()
         sent = 0
         routes = self.table.sends(self.rank)
         for actor in sorted(self.targets):
-            # stop: the learners agreed on an interrupt this iteration (reduce_stats)
-            stop = int(self.stop_requested)
-            head = LearnerHeader(WEIGHTS, version=self.version, failed=-1, stop=stop).words()
+            # stop: the learners agreed on an interrupt or a stop request this iteration
+            # (reduce_stats), or their algorithm stopped early
+            halt = int(self.stop_requested or stop)
+            head = LearnerHeader(WEIGHTS, version=self.version, failed=-1, stop=halt).words()
             mine = [r for r in routes if r.actor == actor]
             try:
                 self._send(head, actor)
@@ -424,7 +427,8 @@ class LearnerActor(Collectives):
                     f"learner rank {learner}); stopping"
                 )
             if kind == WEIGHTS and header.stop and self.stop_at is None:
-                # the learners stopped at this version (an interrupt): the actor sends its state
+                # the learners stopped at this version (an interrupt, a stop request, their
+                # algorithm's early stop): the actor sends its state
                 # for that iteration's checkpoint and stops (runner.roles.act)
                 self.stop_at, self.stop_requested = version, True
             if kind == BYE:

@@ -149,6 +149,7 @@ class LearnerHeader(Header):
     failed: int
     """ABORT: the learner rank that failed (-1 when unknown or not an abort)."""
     stop: int = 0
-    """WEIGHTS: 1 when the learners agreed to stop at this version (an interrupt): the actor
-    sends its state for that iteration's checkpoint and stops (``distrl.interrupts``)."""
+    """WEIGHTS: 1 when the learners stop at this version (an interrupt or a stop request they
+    agreed on, or their algorithm's early stop): the actor sends its state for that
+    iteration's checkpoint and stops (``distrl.interrupts``)."""
     length: int = 0

@@ -316,7 +316,8 @@ class ParameterServer(Collectives):
             self.stop_requested = True
         total = unpack64(reply[: 2 * layout.num_sums])
         device = next(iter(sums.values())).device
-        out = Agreed(sums={k: v.to(device) for k, v in layout.unpack_sums(total).items()})
+        sums = {k: v.to(device) for k, v in layout.unpack_sums(total).items()}
+        out = Agreed(sums=sums, ranks=(self.rank,))  # the gathered row is this worker's alone
         out.gathered = {k: v.unsqueeze(0) for k, v in layout.unpack_gather(row).items()}
         return out
 

@@ -36,6 +36,7 @@ import torch
 import yaml
 
 from distrl.config import TrainConfig, to_dict, validate
+from distrl.evaluation import EvalResult
 from distrl.policy.actor_critic import ActorCritic
 from distrl.rundir import load_policy
 from distrl.runner.hooks import Hooks
@@ -63,6 +64,74 @@ def load_config(path: str | Path) -> TrainConfig:
     from distrl.args import load_config_file
 
     return load_config_file(path)
+
+
+def save(
+    policy: ActorCritic,
+    path: str | Path,
+    config: TrainConfig,
+    iteration: int = 0,
+    env_steps: int = 0,
+    world_size: int = 1,
+) -> Path:
+    """Write ``policy`` (trained with ``config``, which rebuilds its network) to ``path``
+    (``*.pt``, with its manifest ``*.json`` beside it): a policy-only checkpoint, written
+    atomically with its sha256, that ``load_policy``, ``evaluate``, ``export``, ``distrl play``
+    and ``--init-from`` read. Returns the path."""
+    from distrl.rundir import save_policy
+
+    return save_policy(policy, config, path, iteration, env_steps, world_size)
+
+
+def evaluate(
+    policy_or_run: ActorCritic | TrainResult | str | Path,
+    episodes: int = 10,
+    deterministic: bool = True,
+    *,
+    config: TrainConfig | str | None = None,
+    seed: int = 12345,
+    num_envs: int | None = None,
+    device: str = "cpu",
+) -> EvalResult:
+    """Run ``episodes`` whole episodes of a policy in fresh envs of its task and return their
+    returns and lengths (``.mean``, ``.std``, ``.returns``, ``.lengths``, ``.length_mean``;
+    ``mean, std = evaluate(...)`` as Stable-Baselines3's ``evaluate_policy``).
+
+    ``policy_or_run``: a run directory (its newest valid checkpoint), a checkpoint or saved
+    policy file (loaded onto ``device``), a ``TrainResult``, or an ``ActorCritic`` with the
+    ``config`` it was trained with (a ``TrainConfig``, or a task name for its defaults).
+    ``deterministic``: the most likely action or the mean; False samples. The envs
+    (``num_envs``, default min(episodes, 64)) are reset with ``seed``, and which episodes
+    count is fixed before any runs (``distrl.evaluation``), as ``distrl play`` and
+    ``--eval.interval`` count them."""
+    from contextlib import closing
+
+    from distrl.envs.registry import get_task
+    from distrl.evaluation import eval_mode, task_env
+    from distrl.evaluation import evaluate as run_episodes
+
+    if isinstance(policy_or_run, str | Path):
+        policy, cfg = load_policy(policy_or_run, device)
+    elif isinstance(policy_or_run, TrainResult):
+        if policy_or_run.policy is None:
+            raise ValueError(f"rank {policy_or_run.rank} holds no policy; evaluate on rank 0")
+        policy, cfg = policy_or_run.policy, policy_or_run.config
+    elif config is None:
+        raise ValueError(
+            "evaluate(policy) needs the task it acts in: config=result.config (or the config "
+            "load_policy returned), or config='<task>' for the task's defaults"
+        )
+    else:
+        policy = policy_or_run
+        cfg = make_config(config) if isinstance(config, str) else config
+    if get_task(cfg.task).evaluation_suite is not None:
+        raise ValueError(
+            f"{cfg.task} is scored by its success per task from held-out init states, not by "
+            f"returns: distrl play RUN_DIR (or distrl.evaluation.evaluate_suite)"
+        )
+    dev = next(policy.parameters()).device
+    with closing(task_env(cfg, num_envs or min(episodes, 64), dev)) as env, eval_mode(policy):
+        return run_episodes(policy, env, episodes, seed, deterministic=deterministic)
 
 
 def _override(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
@@ -111,6 +180,20 @@ class TrainResult:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def save(self, path: str | Path) -> Path:
+        """The trained policy as one file that ``distrl.load_policy(path)`` reads back (see
+        ``distrl.save``); returns its path."""
+        from distrl.checkpoint import read_manifest
+
+        if self.policy is None:
+            raise ValueError(
+                f"rank {self.rank} holds no policy ({self.run_dir} is not readable here); save "
+                f"on the main rank: if result.is_main: result.save(path)"
+            )
+        world = read_manifest(self.checkpoint)["world_size"] if self.checkpoint else 1
+        iteration, steps = self.metrics.get("iteration", 0), self.metrics.get("env_steps", 0)
+        return save(self.policy, path, self.config, iteration, steps, world)
 
 
 def train(

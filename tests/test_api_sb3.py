@@ -94,6 +94,26 @@ def test_save_writes_one_verified_file_that_load_policy_reads_back(tmp_path):
         distrl.load_policy(path)
 
 
+@pytest.mark.parametrize(
+    "keyword, value, spelled",
+    [
+        ("total_timesteps", 1000, "pass agent={'total_timesteps': 1000}"),
+        ("learning_rate", 3e-4, "pass agent={'learning_rate': 0.0003}"),
+        ("n_envs", 8, "Stable-Baselines3's name: pass env={'num_envs': 8}"),
+        ("n_steps", 64, "Stable-Baselines3's name: pass agent={'num_steps': 64}"),
+        ("batch_size", 64, "pass agent={'num_minibatches': ...} (not a size"),
+        ("policy_kwargs", {"net_arch": [64, 64]}, "pass policy={...} (distrl's own fields"),
+        ("callback", object(), "pass hooks=... (an argument of train()"),
+    ],
+)
+def test_stable_baselines3_keywords_say_how_distrl_spells_them(keyword, value, spelled):
+    with pytest.raises(ValueError) as e:
+        distrl.train("cartpole", **{keyword: value})
+    assert str(e.value).startswith(f"unknown config field {keyword!r}; ")
+    assert spelled in str(e.value)
+    assert distrl.make_config("cartpole", seed=3).seed == 3  # (seed is spelled alike)
+
+
 def test_target_return_is_a_finite_number():
     with pytest.raises(ValueError, match="--agent.target-return must be a finite return"):
         distrl.make_config("cartpole", agent={"target_return": float("nan")})

@@ -143,6 +143,9 @@ def _override(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
     changes: dict[str, Any] = {}
     for name, value in overrides.items():
         if name not in fields:
+            moved = _moved_keyword(cfg, name, value) if not prefix else None
+            if moved is not None:
+                raise ValueError(f"unknown config field {name!r}; {moved}")
             close = difflib.get_close_matches(name, list(fields), n=3)
             hint = f"; did you mean {', '.join(prefix + c for c in close)}?" if close else ""
             raise ValueError(
@@ -155,6 +158,47 @@ def _override(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
             value = tuple(value)
         changes[name] = value
     return dataclasses.replace(cfg, **changes)
+
+
+_SB3_KEYWORDS: dict[str, tuple[str, str]] = {
+    "n_envs": ("env.num_envs", ""),
+    "n_steps": ("agent.num_steps", ""),
+    "n_epochs": ("agent.num_epochs", ""),
+    "clip_range": ("agent.clip_coef", ""),
+    "batch_size": (
+        "agent.num_minibatches",
+        " (not a size: minibatches per epoch, each of num_envs x num_steps / num_minibatches "
+        "samples)",
+    ),
+    "policy_kwargs": ("policy", " (distrl's own fields: actor_hidden, critic_hidden, activation)"),
+    "tensorboard_log": ("run_dir", " (TensorBoard events go to the run directory)"),
+    "verbose": ("progress", ""),
+    "callback": ("hooks", " (an argument of train(): a list of distrl.Hooks)"),
+}
+"""Stable-Baselines3's keywords that distrl names otherwise: (distrl's field, a note). Those
+with a note take another value than SB3's: the hint leaves the value to the user."""
+
+
+def _moved_keyword(cfg: TrainConfig, name: str, value: Any) -> str | None:
+    """Where a top-level keyword belongs, when it is Stable-Baselines3's name for a field or a
+    field of a section (``total_timesteps`` -> ``agent={"total_timesteps": ...}``)."""
+    if name in _SB3_KEYWORDS:
+        target, note = _SB3_KEYWORDS[name]
+        origin = "Stable-Baselines3's name"
+    else:
+        sections = [f.name for f in dataclasses.fields(cfg)]
+        owners = [
+            s for s in sections
+            if dataclasses.is_dataclass(getattr(cfg, s))
+            and name in {f.name for f in dataclasses.fields(getattr(cfg, s))}
+        ]  # fmt: skip
+        if not owners:
+            return None
+        target, note, origin = f"{owners[0]}.{name}", "", f"a field of section {owners[0]!r}"
+    shown = ("{...}" if target == "policy" else "...") if note else repr(value)
+    section, _, leaf = target.partition(".")
+    spelled = f"{section}={{{leaf!r}: {shown}}}" if leaf else f"{section}={shown}"
+    return f"{origin}: pass {spelled}{note}"
 
 
 @dataclass

@@ -87,6 +87,20 @@ def test_unknown_override_is_an_error(capsys):
     assert "--agent.num-epoch" in out + err
 
 
+@pytest.mark.parametrize(
+    "flag, meant",
+    [
+        ("--agent.lr", "--agent.learning-rate"),  # its words' initials (not --agent.lr-schedule)
+        ("--total-timesteps", "--agent.total-timesteps"),  # the name, in its section
+        ("--agent.n-steps", "--agent.num-steps"),  # Stable-Baselines3's spelling
+        ("--agent.ent", "--agent.ent-coef"),  # the name's first word
+    ],
+)
+def test_an_unknown_flag_suggests_by_its_last_dotted_part(capsys, flag, meant):
+    code, out, err = run_main(["train", "cartpole", flag, "1"], capsys)
+    assert code == 2 and f"error: unknown option {flag}; did you mean {meant}" in err, out + err
+
+
 def test_invalid_config_names_the_field_and_value(capsys, tmp_path):
     run_dir = tmp_path / "run"
     code, out, err = run_main(

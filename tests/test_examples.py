@@ -61,3 +61,19 @@ def test_quickstart_trains_to_475_exports_onnx_and_onnxruntime_agrees(tmp_path):
     out = _run([sys.executable, str(EXAMPLES / "quickstart.py")], tmp_path)
     assert "onnxruntime agrees on 100.0% of 1000 actions" in out
     assert (next((tmp_path / "runs" / "cartpole").iterdir()) / "exported" / "policy.onnx").is_file()
+
+
+def test_sb3_style_example_stops_at_475_predicts_evaluates_saves_and_loads(tmp_path):
+    out = _run([sys.executable, str(EXAMPLES / "sb3_style.py")], tmp_path)
+    line = r"^stopped at iteration (\d+): StopAtReturn.after_iteration returned False$"
+    stopped = re.search(line, out, re.M)
+    assert stopped and int(stopped.group(1)) < 100, out[-2000:]  # before the budget ran out
+    from distrl.telemetry import read_metrics
+
+    (run,) = (tmp_path / "runs" / "cartpole").iterdir()
+    last = read_metrics(run / "metrics.jsonl")[-1]
+    assert last["iteration"] == int(stopped.group(1)) and last["episode_return_mean"] >= 475
+    assert re.search(r"^gymnasium CartPole-v1: one episode, return \d+$", out, re.M)
+    evaluated = re.search(r"^evaluate: (return .*) over 20 episodes$", out, re.M)
+    loaded = re.search(r"^loaded cartpole_policy.pt: (return .*) over 20 episodes$", out, re.M)
+    assert evaluated and loaded and evaluated.group(1) == loaded.group(1), out[-2000:]

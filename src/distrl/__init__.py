@@ -6,13 +6,17 @@ The public API (``import distrl``):
     load_config("runs/x/config.yaml")          -> TrainConfig (train a run again)
     train(cfg)                                  -> TrainResult (.policy, .run_dir, .metrics)
     load_policy(run_dir_or_checkpoint)          -> (ActorCritic, TrainConfig)
+    save(policy, "policy.pt", cfg)              one file load_policy reads (result.save(path))
+    evaluate(run_or_policy, episodes=10)        -> EvalResult (.mean, .std, .returns, .lengths)
     export(run_dir_or_checkpoint, "onnx")       -> ExportResult (.path, .metadata)
     average(run_dir, from_iteration=None)       -> AverageResult (.path): the weights' mean over
                                                    the run's last checkpoints, policy only
     register_task(name, make_env=... | gym=...) your own batched torch env or Gymnasium env
                                                 (hooks=[...]: its callbacks; `distrl train
                                                 --import MODULE` registers in every rank)
-    Hooks                                       callbacks around each update (train(hooks=...))
+    Hooks                                       callbacks around each update (train(hooks=...));
+                                                after_iteration returning False stops the run
+    EvalCallback(every=10, episodes=10, target=None) evaluates as it trains, may stop at target
     register_network(name, actor=..., critic=...) your own actor and critic bodies
     check_env(env)                              test a VecEnv against the contract
 
@@ -31,6 +35,9 @@ _EXPORTS = {
     "load_config": "distrl.api",
     "train": "distrl.api",
     "load_policy": "distrl.api",
+    "save": "distrl.api",
+    "evaluate": "distrl.api",
+    "EvalResult": "distrl.evaluation",
     "TrainResult": "distrl.api",
     "export": "distrl.exporting",
     "ExportResult": "distrl.exporting",
@@ -38,6 +45,7 @@ _EXPORTS = {
     "AverageResult": "distrl.averaging",
     "register_task": "distrl.envs.registry",
     "Hooks": "distrl.runner.hooks",
+    "EvalCallback": "distrl.evaluation",
     "register_network": "distrl.policy.networks",
     "check_env": "distrl.envs.check",
     "TrainConfig": "distrl.config",
@@ -50,6 +58,8 @@ __all__ = [
     "ActionSpace",
     "ActorCritic",
     "AverageResult",
+    "EvalCallback",
+    "EvalResult",
     "ExportResult",
     "Hooks",
     "TrainConfig",
@@ -58,22 +68,33 @@ __all__ = [
     "__version__",
     "average",
     "check_env",
+    "evaluate",
     "export",
     "load_config",
     "load_policy",
     "make_config",
     "register_network",
     "register_task",
+    "save",
     "train",
 ]
 
 if TYPE_CHECKING:
-    from distrl.api import TrainResult, load_config, load_policy, make_config, train
+    from distrl.api import (
+        TrainResult,
+        evaluate,
+        load_config,
+        load_policy,
+        make_config,
+        save,
+        train,
+    )
     from distrl.averaging import AverageResult, average
     from distrl.config import TrainConfig
     from distrl.envs.check import check_env
     from distrl.envs.core import ActionSpace, VecEnv
     from distrl.envs.registry import register_task
+    from distrl.evaluation import EvalCallback, EvalResult
     from distrl.exporting import ExportResult
     from distrl.exporting import export_policy as export
     from distrl.policy.actor_critic import ActorCritic

@@ -36,6 +36,7 @@ import torch
 import yaml
 
 from distrl.config import TrainConfig, to_dict, validate
+from distrl.evaluation import EvalResult
 from distrl.policy.actor_critic import ActorCritic
 from distrl.rundir import load_policy
 from distrl.runner.hooks import Hooks
@@ -65,6 +66,74 @@ def load_config(path: str | Path) -> TrainConfig:
     return load_config_file(path)
 
 
+def save(
+    policy: ActorCritic,
+    path: str | Path,
+    config: TrainConfig,
+    iteration: int = 0,
+    env_steps: int = 0,
+    world_size: int = 1,
+) -> Path:
+    """Write ``policy`` (trained with ``config``, which rebuilds its network) to ``path``
+    (``*.pt``, with its manifest ``*.json`` beside it): a policy-only checkpoint, written
+    atomically with its sha256, that ``load_policy``, ``evaluate``, ``export``, ``distrl play``
+    and ``--init-from`` read. Returns the path."""
+    from distrl.rundir import save_policy
+
+    return save_policy(policy, config, path, iteration, env_steps, world_size)
+
+
+def evaluate(
+    policy_or_run: ActorCritic | TrainResult | str | Path,
+    episodes: int = 10,
+    deterministic: bool = True,
+    *,
+    config: TrainConfig | str | None = None,
+    seed: int = 12345,
+    num_envs: int | None = None,
+    device: str = "cpu",
+) -> EvalResult:
+    """Run ``episodes`` whole episodes of a policy in fresh envs of its task and return their
+    returns and lengths (``.mean``, ``.std``, ``.returns``, ``.lengths``, ``.length_mean``;
+    ``mean, std = evaluate(...)`` as Stable-Baselines3's ``evaluate_policy``).
+
+    ``policy_or_run``: a run directory (its newest valid checkpoint), a checkpoint or saved
+    policy file (loaded onto ``device``), a ``TrainResult``, or an ``ActorCritic`` with the
+    ``config`` it was trained with (a ``TrainConfig``, or a task name for its defaults).
+    ``deterministic``: the most likely action or the mean; False samples. The envs
+    (``num_envs``, default min(episodes, 64)) are reset with ``seed``, and which episodes
+    count is fixed before any runs (``distrl.evaluation``), as ``distrl play`` and
+    ``--eval.interval`` count them."""
+    from contextlib import closing
+
+    from distrl.envs.registry import get_task
+    from distrl.evaluation import eval_mode, task_env
+    from distrl.evaluation import evaluate as run_episodes
+
+    if isinstance(policy_or_run, str | Path):
+        policy, cfg = load_policy(policy_or_run, device)
+    elif isinstance(policy_or_run, TrainResult):
+        if policy_or_run.policy is None:
+            raise ValueError(f"rank {policy_or_run.rank} holds no policy; evaluate on rank 0")
+        policy, cfg = policy_or_run.policy, policy_or_run.config
+    elif config is None:
+        raise ValueError(
+            "evaluate(policy) needs the task it acts in: config=result.config (or the config "
+            "load_policy returned), or config='<task>' for the task's defaults"
+        )
+    else:
+        policy = policy_or_run
+        cfg = make_config(config) if isinstance(config, str) else config
+    if get_task(cfg.task).evaluation_suite is not None:
+        raise ValueError(
+            f"{cfg.task} is scored by its success per task from held-out init states, not by "
+            f"returns: distrl play RUN_DIR (or distrl.evaluation.evaluate_suite)"
+        )
+    dev = next(policy.parameters()).device
+    with closing(task_env(cfg, num_envs or min(episodes, 64), dev)) as env, eval_mode(policy):
+        return run_episodes(policy, env, episodes, seed, deterministic=deterministic)
+
+
 def _override(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
     """``dataclasses.replace`` recursively: a dict for a section updates that section's
     fields; unknown names raise ValueError with close matches."""
@@ -74,6 +143,9 @@ def _override(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
     changes: dict[str, Any] = {}
     for name, value in overrides.items():
         if name not in fields:
+            moved = _moved_keyword(cfg, name, value) if not prefix else None
+            if moved is not None:
+                raise ValueError(f"unknown config field {name!r}; {moved}")
             close = difflib.get_close_matches(name, list(fields), n=3)
             hint = f"; did you mean {', '.join(prefix + c for c in close)}?" if close else ""
             raise ValueError(
@@ -86,6 +158,47 @@ def _override(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
             value = tuple(value)
         changes[name] = value
     return dataclasses.replace(cfg, **changes)
+
+
+_SB3_KEYWORDS: dict[str, tuple[str, str]] = {
+    "n_envs": ("env.num_envs", ""),
+    "n_steps": ("agent.num_steps", ""),
+    "n_epochs": ("agent.num_epochs", ""),
+    "clip_range": ("agent.clip_coef", ""),
+    "batch_size": (
+        "agent.num_minibatches",
+        " (not a size: minibatches per epoch, each of num_envs x num_steps / num_minibatches "
+        "samples)",
+    ),
+    "policy_kwargs": ("policy", " (distrl's own fields: actor_hidden, critic_hidden, activation)"),
+    "tensorboard_log": ("run_dir", " (TensorBoard events go to the run directory)"),
+    "verbose": ("progress", ""),
+    "callback": ("hooks", " (an argument of train(): a list of distrl.Hooks)"),
+}
+"""Stable-Baselines3's keywords that distrl names otherwise: (distrl's field, a note). Those
+with a note take another value than SB3's: the hint leaves the value to the user."""
+
+
+def _moved_keyword(cfg: TrainConfig, name: str, value: Any) -> str | None:
+    """Where a top-level keyword belongs, when it is Stable-Baselines3's name for a field or a
+    field of a section (``total_timesteps`` -> ``agent={"total_timesteps": ...}``)."""
+    if name in _SB3_KEYWORDS:
+        target, note = _SB3_KEYWORDS[name]
+        origin = "Stable-Baselines3's name"
+    else:
+        sections = [f.name for f in dataclasses.fields(cfg)]
+        owners = [
+            s for s in sections
+            if dataclasses.is_dataclass(getattr(cfg, s))
+            and name in {f.name for f in dataclasses.fields(getattr(cfg, s))}
+        ]  # fmt: skip
+        if not owners:
+            return None
+        target, note, origin = f"{owners[0]}.{name}", "", f"a field of section {owners[0]!r}"
+    shown = ("{...}" if target == "policy" else "...") if note else repr(value)
+    section, _, leaf = target.partition(".")
+    spelled = f"{section}={{{leaf!r}: {shown}}}" if leaf else f"{section}={shown}"
+    return f"{origin}: pass {spelled}{note}"
 
 
 @dataclass
@@ -103,13 +216,28 @@ class TrainResult:
     """The final checkpoint the policy was loaded from."""
     metrics: dict[str, Any]
     """The run's final numbers (iteration, env steps, last return, time, ...); ``interrupted``:
-    the signal (SIGINT, SIGTERM) that stopped it after a final checkpoint."""
+    the signal (SIGINT, SIGTERM) that stopped it after a final checkpoint; ``stopped``: why it
+    stopped before its last iteration (a hook's request, ``--agent.target-return``, a signal)."""
     rank: int = 0
     """This process's global rank (0 without torchrun)."""
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def save(self, path: str | Path) -> Path:
+        """The trained policy as one file that ``distrl.load_policy(path)`` reads back (see
+        ``distrl.save``); returns its path."""
+        from distrl.checkpoint import read_manifest
+
+        if self.policy is None:
+            raise ValueError(
+                f"rank {self.rank} holds no policy ({self.run_dir} is not readable here); save "
+                f"on the main rank: if result.is_main: result.save(path)"
+            )
+        world = read_manifest(self.checkpoint)["world_size"] if self.checkpoint else 1
+        iteration, steps = self.metrics.get("iteration", 0), self.metrics.get("env_steps", 0)
+        return save(self.policy, path, self.config, iteration, steps, world)
 
 
 def train(

@@ -176,8 +176,65 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
     return _parse_overrides(dataclasses.replace(task.default_config(), task=task.name), argv[1:])
 
 
+def flag_names(cls: type = TrainConfig, prefix: str = "", aliases: bool = False) -> list[str]:
+    """Every override flag of dataclass ``cls``, without its dashes (``agent.learning-rate``);
+    ``aliases``: theirs too (``tyro.conf.arg(aliases=...)``)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    out: list[str] = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        annotated = typing.get_origin(hint) is typing.Annotated
+        base, *extras = typing.get_args(hint) if annotated else (hint,)
+        if dataclasses.is_dataclass(base):
+            out += flag_names(typing.cast(type, base), f"{prefix}{f.name}.", aliases)
+            continue
+        out.append(prefix + f.name.replace("_", "-"))
+        for extra in extras if aliases else ():
+            out += [a.lstrip("-") for a in getattr(extra, "aliases", None) or ()]
+    return out
+
+
+def _initials(words: str) -> str:
+    return "".join(w[0] for w in words.split("-") if w)
+
+
+def suggest_flags(flag: str, known: list[str]) -> list[str]:
+    """Known flags close to an unknown one, by the last dotted part (``agent.lr``: the
+    ``learning-rate`` of any section, its own first): the same name, one whose words' initials
+    it is, one it begins (``ent``: ``ent-coef``), or a close spelling."""
+    section, _, leaf = flag.replace("_", "-").rpartition(".")
+    leaves = {k: k.rpartition(".")[2] for k in known}
+    close = set(difflib.get_close_matches(leaf, set(leaves.values()), n=3))
+    found = [k for k, v in leaves.items() if v == leaf]
+    found += [k for k, v in leaves.items() if len(leaf) > 1 and _initials(v) == leaf]
+    found += [k for k, v in leaves.items() if v.startswith(leaf + "-")]
+    found += [k for k, v in leaves.items() if v in close]
+    found = list(dict.fromkeys(found))
+    found.sort(key=lambda k: k.rpartition(".")[0] != section)  # stable: its own section first
+    return found[:3]
+
+
+def _refuse_unknown_flags(argv: list[str]) -> None:
+    """An unknown ``--flag`` with a close known one is refused naming it (tyro's own guess
+    compares whole names, so ``--agent.lr`` got ``--agent.lr-schedule``); without one, tyro
+    reports it."""
+    names = set(flag_names(aliases=True))
+    for word in argv:
+        if not word.startswith("--") or word == "--help":
+            continue
+        flag = word[2:].split("=", 1)[0]
+        if flag.replace("_", "-") in names:
+            continue
+        close = suggest_flags(flag, flag_names())
+        if close:
+            raise ValueError(
+                f"unknown option --{flag}; did you mean {' or '.join('--' + c for c in close)}?"
+            )
+
+
 def _parse_overrides(defaults: TrainConfig, argv: list[str]) -> TrainConfig:
     """tyro's parse of the override flags ``argv`` on top of ``defaults``."""
+    _refuse_unknown_flags(argv)
     cfg = tyro.cli(
         TrainConfig,
         default=defaults,

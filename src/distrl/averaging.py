@@ -97,7 +97,7 @@ def average_checkpoints(paths: list[Path], output: Path | None = None) -> Averag
     if len({Path(p).resolve() for p in paths}) != len(paths):
         raise ValueError("the same checkpoint is named twice; name each one once")
     if output is not None:
-        _check_output(Path(output))
+        ckpt.check_policy_file_name(Path(output), "--output")
     loaded = [ckpt.load_checkpoint(Path(p)) for p in paths]
     order = sorted(range(len(paths)), key=lambda i: int(loaded[i][0]["iteration"]))
     paths = [Path(paths[i]) for i in order]
@@ -142,14 +142,6 @@ def average_checkpoints(paths: list[Path], output: Path | None = None) -> Averag
     }
     path = ckpt.save_checkpoint(output.parent, iterations[-1], state, meta, name=output.name)
     return AverageResult(path, iterations, spread, _normalizer_drift(policies))
-
-
-def _check_output(output: Path) -> None:
-    if output.suffix != ".pt" or ckpt.checkpoint_iteration(output) is not None:
-        raise ValueError(
-            f"--output {output}: name it *.pt, not {ckpt.CHECKPOINT_GLOB} (resume would take "
-            f"it for a training checkpoint)"
-        )
 
 
 def _check_same_policy(paths: list[Path], manifests: list[dict], states: list[dict]) -> None:

@@ -147,6 +147,17 @@ def manifest_path(path: Path) -> Path:
     return Path(path).with_suffix(".json")
 
 
+def check_policy_file_name(path: Path, what: str) -> None:
+    """A policy-only file (``best.pt``, an average, a saved policy) is named ``*.pt`` and never
+    ``ckpt_*.pt``, which resume discovery would take for a training checkpoint; ``what`` names
+    the option or argument that gave ``path``."""
+    if Path(path).suffix != ".pt" or checkpoint_iteration(path) is not None:
+        raise ValueError(
+            f"{what} {path}: name it *.pt, not {CHECKPOINT_GLOB} (resume would take it for a "
+            f"training checkpoint)"
+        )
+
+
 def checkpoint_iteration(path: Path) -> int | None:
     """Iteration encoded in a checkpoint file name, or None when the name is not ours."""
     m = _NAME_RE.match(Path(path).name)

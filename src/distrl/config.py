@@ -75,6 +75,11 @@ class AgentConfig:
     """Env-step budget: when set, it replaces max_iterations by the iterations it takes,
     ceil(total / (collecting ranks x num_envs x num_steps)) (the linear LR schedule decays over
     them); the run trains at least this many env steps. PPO tasks only."""
+    target_return: float | None = None
+    """Stop once the mean episode return over every rank's newest episodes (the logged
+    episode_return_mean, the same on every rank) reaches this: the run ends after that
+    iteration with a final checkpoint, and its last record says why (``stopped``). PPO tasks
+    only (episodic suites: --multitask.early-stop-success)."""
     num_epochs: int = 5
     """Passes over the rollout batch per iteration (K)."""
     num_minibatches: int = 4
@@ -445,6 +450,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         )
     if a.total_timesteps is not None:
         _positive(errors, "--agent.total-timesteps", a.total_timesteps, "or leave it unset")
+    if a.target_return is not None and not math.isfinite(a.target_return):
+        errors.append(
+            f"--agent.target-return must be a finite return, got {a.target_return}; or leave it "
+            f"unset"
+        )
     if a.target_kl is not None and not a.target_kl > 0:  # NaN too
         errors.append(f"--agent.target-kl must be positive or None, got {a.target_kl}")
     if errors:

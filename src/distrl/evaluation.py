@@ -8,8 +8,9 @@ episode ``j`` of env ``i`` is counted when ``j * E + i < N``: which episodes cou
 before any of them runs. An env that has run its share keeps stepping (a batched env steps every
 row) and its further episodes are ignored.
 
-``evaluate`` is what ``distrl play`` prints and what ``--eval.interval`` logs during training
-(``Evaluator``: the main rank, its own env, the RNG streams of training untouched).
+``evaluate`` is what ``distrl play`` prints, what ``distrl.evaluate`` returns and what
+``--eval.interval`` logs during training (``Evaluator``: the main rank, its own env, the RNG
+streams of training untouched; ``EvalCallback``, the same as a callback that may stop the run).
 
 Episodic suites (reach10, MT10) are evaluated as the field reports them: ``evaluate_suite`` runs
 each task from its held-out init states (goal and start positions that training and the
@@ -33,11 +34,13 @@ import numpy as np
 import torch
 
 from distrl.envs.core import VecEnv
+from distrl.runner.hooks import Hooks
 
 if TYPE_CHECKING:
     from distrl.config import TrainConfig
     from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
     from distrl.policy import ActorCritic
+    from distrl.runner.base import Runner
 
 NO_LIMIT_STEPS = 100_000
 """Steps one evaluation may take per episode of an env without a time limit before it fails."""
@@ -58,6 +61,14 @@ class EvalResult:
     def std(self) -> float:
         return float(self.returns.std()) if self.returns.numel() > 1 else 0.0
 
+    @property
+    def length_mean(self) -> float:
+        return float(self.lengths.float().mean())
+
+    def __iter__(self) -> Iterator[float]:
+        """``mean, std = distrl.evaluate(...)``, as Stable-Baselines3's ``evaluate_policy``."""
+        return iter((self.mean, self.std))
+
 
 def evaluate(
     policy: ActorCritic,
@@ -65,10 +76,12 @@ def evaluate(
     episodes: int,
     seed: int,
     before_step: Callable[[], None] | None = None,
+    deterministic: bool = True,
 ) -> EvalResult:
     """Run ``policy.act_deterministic`` in ``env`` (reset with ``seed``) until every env has
     finished its share of the ``episodes`` (module docstring); ``before_step()`` runs before
-    every step (``play --video`` takes a frame there)."""
+    every step (``play --video`` takes a frame there). ``deterministic=False`` samples the
+    actions instead (from torch's global RNG)."""
     if episodes < 1:
         raise ValueError(f"episodes must be at least 1, got {episodes}")
     n = env.num_envs
@@ -90,8 +103,12 @@ def evaluate(
                 break
             if before_step is not None:
                 before_step()
-            memory_arg = () if memory is None else (memory,)
-            obs, rew, term, trunc, info = env.step(policy.act_deterministic(obs, *memory_arg))
+            if deterministic:
+                memory_arg = () if memory is None else (memory,)
+                action = policy.act_deterministic(obs, *memory_arg)
+            else:
+                action = policy.env_action(policy.act(obs, memory=memory)[0])
+            obs, rew, term, trunc, info = env.step(action)
             done = term | trunc
             # the env's score and whole episodes where it gives them (envs/core.py: Atari)
             ended = info.get("episode_end", done)
@@ -117,6 +134,14 @@ def evaluate(
     return EvalResult(
         returns.reshape(-1)[:episodes].float().cpu(), lengths.reshape(-1)[:episodes].cpu()
     )
+
+
+def task_env(cfg: TrainConfig, num_envs: int, device: torch.device | str) -> VecEnv:
+    """A fresh env of ``cfg``'s task and env settings with ``num_envs`` envs, for evaluation."""
+    from distrl.envs.registry import make_env
+
+    env_cfg = dataclasses.replace(cfg.env, num_envs=num_envs)
+    return make_env(dataclasses.replace(cfg, env=env_cfg), torch.device(device))
 
 
 @dataclass(frozen=True)
@@ -259,8 +284,6 @@ class Evaluator:
 
     def run(self, policy: ActorCritic) -> dict[str, Any]:
         """The eval/* metrics of the current policy (training mode and RNGs as they were)."""
-        from distrl.envs.registry import make_env
-
         e = self.cfg.eval
         t0 = time.perf_counter()
         if self.suite is not None:
@@ -272,16 +295,12 @@ class Evaluator:
             return suite.metrics() | {"eval/time": time.perf_counter() - t0}
         with rng_untouched(), eval_mode(policy):
             if self.env is None:
-                n = min(e.episodes, e.num_envs)
-                cfg = dataclasses.replace(
-                    self.cfg, env=dataclasses.replace(self.cfg.env, num_envs=n)
-                )
-                self.env = make_env(cfg, self.device)
+                self.env = task_env(self.cfg, min(e.episodes, e.num_envs), self.device)
             result = evaluate(policy, self.env, e.episodes, e.seed)
         return {
             "eval/return_mean": result.mean,
             "eval/return_std": result.std,
-            "eval/length_mean": float(result.lengths.float().mean()),
+            "eval/length_mean": result.length_mean,
             "eval/time": time.perf_counter() - t0,
         }
 
@@ -318,3 +337,63 @@ def best_score(path: Path) -> float | None:
         return None
     value = manifest.get("eval_score", manifest.get("eval_return_mean"))
     return float(value) if value is not None else None
+
+
+class EvalCallback(Hooks):
+    """Every ``every`` iterations, on the main rank: the deterministic policy's ``episodes``
+    episodes in an env of its own (``distrl.evaluation.Evaluator``: seeded ``seed``, the same
+    episodes each time, training's RNG streams untouched), its figures added to that
+    iteration's record (``eval/return_mean``, ``eval/return_std``, ``eval/length_mean``,
+    ``eval/time``; an episodic suite: ``eval/success`` and per task); with ``target``, the run
+    stops once the score (mean return, or the suite's success) reaches it.
+
+    ``last`` holds the newest evaluation's figures. It keeps no best checkpoint:
+    ``--eval.interval`` does (``checkpoints/best.pt``)."""
+
+    def __init__(
+        self,
+        every: int = 10,
+        episodes: int = 10,
+        target: float | None = None,
+        seed: int = 12345,
+        num_envs: int = 64,
+    ):
+        if every < 1 or episodes < 1 or num_envs < 1:
+            raise ValueError(
+                f"EvalCallback: every, episodes and num_envs must be at least 1, got every="
+                f"{every}, episodes={episodes}, num_envs={num_envs}"
+            )
+        self.every, self.episodes, self.target = every, episodes, target
+        self.seed, self.num_envs = seed, num_envs
+        self.evaluator: Evaluator | None = None
+        self.last: dict[str, Any] = {}
+
+    def on_record(self, runner: Runner, record: dict[str, Any]) -> None:
+        if not runner.strategy.is_main or runner.iteration % self.every:
+            return
+        if self.evaluator is None:
+            cfg = runner.cfg
+            eval_cfg = dataclasses.replace(
+                cfg.eval, episodes=self.episodes, seed=self.seed, num_envs=self.num_envs
+            )
+            device = next(runner.policy.parameters()).device
+            self.evaluator = Evaluator(dataclasses.replace(cfg, eval=eval_cfg), device, None)
+        ev = self.evaluator
+        self.last = ev.run(runner.policy)
+        record.update(self.last)
+        score = self.last[ev.score_key]
+        what = "success" if ev.suite is not None else "return"
+        runner.message(
+            f"eval: iteration {runner.iteration}, {what} {score:.2f} over {self.episodes} "
+            f"episodes (seed {self.seed})"
+        )
+        if self.target is not None and score >= self.target:
+            runner.request_stop(f"EvalCallback: eval {what} {score:.2f} >= target {self.target:g}")
+        if runner.done or runner.stop_request is not None:
+            self.close()
+
+    def close(self) -> None:
+        """Release the evaluation env (it is built again at the next evaluation)."""
+        if self.evaluator is not None:
+            self.evaluator.close()
+            self.evaluator = None

@@ -47,6 +47,13 @@ Every signal of a run is handled here, in three places:
   torchrun itself) is set to the same ``--stop-timeout``.
 
 - **the final line** (``final_line``), printed by the main rank after the run summary.
+
+A callback's stop (``Runner.request_stop``, a hook's ``after_iteration`` returning False) travels
+the same way: ``request_stop`` takes a note that is no signal (``REQUEST``), every exchange above
+carries it where it carries a signal (``note``), and the ranks agree on it as on a signal; a
+signal outranks it (``merge``: it sets the exit code). The run then ends as at its last iteration,
+with a final checkpoint and exit code 0, and says why (``stopped`` in the last record and in
+``TrainResult.metrics``). One process has no one to agree with: it stops at once.
 """
 
 from __future__ import annotations
@@ -65,11 +72,46 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """What stops a training process at an iteration boundary."""
 
 _first = 0  # the first signal this process received while training (0: none)
+_request: str | None = None  # why a callback of this process asked the run to stop (None: no)
+
+REQUEST = 0x100
+"""The note of a stop request (``request_stop``): above every signal number, so never one."""
 
 
 def received() -> int:
     """The first SIGINT or SIGTERM this process received while training (0: none)."""
     return _first
+
+
+def request_stop(reason: str) -> None:
+    """Ask the run to stop after an iteration every rank agrees on (the first reason stays)."""
+    global _request
+    if _request is None:
+        _request = reason
+
+
+def requested() -> str | None:
+    """Why this process asked the run to stop (``request_stop``; None: it did not)."""
+    return _request
+
+
+def note() -> int:
+    """What this process adds to the exchange: its first signal, else ``REQUEST`` once it asked
+    to stop, else 0."""
+    return _first or (REQUEST if _request is not None else 0)
+
+
+def merge(agreed: int, other: int) -> int:
+    """The note that stands once ``other`` joins ``agreed``: a signal outranks a stop request
+    (it sets the exit code), and the first signal stays."""
+    if agreed and agreed != REQUEST:
+        return agreed
+    return other or agreed
+
+
+def is_signal(n: int) -> bool:
+    """Whether an agreed note is a signal (not 0, not a stop request)."""
+    return bool(n) and n != REQUEST
 
 
 def name(signum: int) -> str:
@@ -95,9 +137,13 @@ def handling(owner: bool) -> Iterator[None]:
     process is the one the user talks to (a single process): say so at once, and let a second
     signal abort. The previous handlers come back afterwards. Outside the main thread (where
     Python cannot set handlers) nothing changes."""
-    global _first
+    global _first, _request
+    _request = None  # a stop request is one run's
     if threading.current_thread() is not threading.main_thread():
-        yield
+        try:
+            yield
+        finally:
+            _request = None
         return
     _first = 0
 
@@ -125,7 +171,7 @@ def handling(owner: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        _first = 0
+        _first, _request = 0, None
         for s, handler in previous.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 

@@ -16,8 +16,8 @@ import torch
 import tyro
 
 from distrl.config import TrainConfig
-from distrl.envs.registry import get_task, make_env
-from distrl.evaluation import evaluate, evaluate_suite, suite_table
+from distrl.envs.registry import get_task
+from distrl.evaluation import evaluate, evaluate_suite, suite_table, task_env
 from distrl.rundir import load, make_policy
 
 
@@ -72,13 +72,12 @@ def play(args: PlayArgs) -> torch.Tensor:
     for flag, value in (("--tasks", args.tasks), ("--max-episode-steps", args.max_episode_steps)):
         if value is not None:
             raise ValueError(f"{flag} applies to the episodic suites, not to {cfg.task}; drop it")
-    n = args.num_envs or min(episodes, 64)
-    env = make_env(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=n)), device)
+    env = task_env(cfg, args.num_envs or min(episodes, 64), device)
     with closing(env):
         result = evaluate(make_policy(env, cfg, state), env, episodes, args.seed)
     print(
         f"{cfg.task}: {episodes} episodes, return {result.mean:.2f} ± {result.std:.2f}, length "
-        f"{float(result.lengths.float().mean()):.1f} (checkpoint {path}, iteration "
+        f"{result.length_mean:.1f} (checkpoint {path}, iteration "
         f"{manifest['iteration']})"
     )
     write_json(args.json, cfg, path, manifest, {"returns": result.returns.tolist(),

@@ -2,9 +2,10 @@
 
 ``load`` finds a run directory's newest valid checkpoint (or takes a checkpoint file) and
 returns the config it trained with and its policy state; ``make_policy``/``load_policy`` build
-the policy from them; ``init_policy`` is ``train --init-from``'s read, refused when the policy
-would not fit this run; ``check_run_dir_free`` refuses to start a new run over an old one,
-and ``RunLock`` a second live run in the same directory.
+the policy from them, and ``save_policy`` writes one as a policy-only checkpoint;
+``init_policy`` is ``train --init-from``'s read, refused when the policy would not fit this run;
+``check_run_dir_free`` refuses to start a new run over an old one, and ``RunLock`` a second live
+run in the same directory.
 ``distrl play``, ``export``, ``distrl.load_policy`` and the training session read runs here.
 """
 
@@ -55,6 +56,25 @@ def load_policy(path: str | Path, device: str = "cpu") -> tuple[ActorCritic, Tra
         return make_policy(env, cfg, state), cfg
     finally:
         env.close()
+
+
+def save_policy(
+    policy: ActorCritic,
+    cfg: TrainConfig,
+    path: str | Path,
+    iteration: int = 0,
+    env_steps: int = 0,
+    world_size: int = 1,
+) -> Path:
+    """``policy`` (trained with ``cfg``) as a policy-only checkpoint at ``path`` (``*.pt``; the
+    manifest ``*.json`` beside it): the checkpoint format, written atomically with its sha256,
+    that ``load_policy``, ``play``, ``export`` and ``--init-from`` read. Returns the path."""
+    out = Path(path).expanduser()
+    ckpt.check_policy_file_name(out, "save")
+    state: dict[str, Any] = {"policy": {k: v.cpu() for k, v in policy.state_dict().items()}}
+    state |= {"iteration": iteration, "env_steps": env_steps, "wall_time": 0.0}
+    meta = ckpt.run_metadata(to_dict(cfg), world_size, env_steps) | {"policy_only": True}
+    return ckpt.save_checkpoint(out.parent, iteration, state, meta, name=out.name)
 
 
 def init_policy(cfg: TrainConfig) -> tuple[dict, Path, int]:

@@ -137,7 +137,9 @@ def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
 
     SIGINT and SIGTERM stop it at an iteration boundary every rank agrees on, after one final
     checkpoint (``distrl.interrupts``); the result then holds ``interrupted`` (the signal's
-    name) and the main rank has printed one line saying how to resume."""
+    name) and the main rank has printed one line saying how to resume. A run that stops early
+    for any reason (a hook's ``request_stop``, ``--agent.target-return``) holds ``stopped``,
+    the reason."""
     with interrupts.handling(owner=not cfg.distributed):
         return _run_training(cfg, hooks)
 
@@ -236,8 +238,11 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
                 }
             tel.start_iteration = runner.iteration
             final = {**runner.learn(), "run_dir": str(run_dir)}
+            stopped = runner.stop_reason  # an interrupt, a hook's request, a target reached
+            if stopped is not None:
+                final["stopped"] = stopped
             tel.summary(final)
-            if strategy.interrupt:  # agreed by every rank: one final checkpoint was written
+            if interrupts.is_signal(strategy.interrupt):  # agreed: a final checkpoint written
                 final["interrupted"] = interrupts.name(strategy.interrupt)
                 if ctx.is_main:  # (none written here when the save was refused: the newest)
                     at, saved = runner.iteration, runner.last_checkpoint

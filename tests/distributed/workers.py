@@ -246,6 +246,35 @@ def train_run(rank: int, world: int, overrides: dict) -> dict:
     return {"iteration": final.get("iteration")}
 
 
+def stop_run(
+    rank: int,
+    world: int,
+    run_dir: str,
+    agent: dict,
+    dist: dict | None = None,
+    ask: tuple[int, int] | None = None,
+    resume: str | None = None,
+) -> dict:
+    """``run_training`` of cartpole, 32 envs over the collecting ranks, that may stop early:
+    ``agent`` may set ``target_return``; ``ask=(rank, iteration)``: that rank's hook returns
+    False from ``after_iteration`` of that iteration. Returns this rank's final numbers."""
+    from distrl import Hooks
+    from distrl.config import DistConfig
+    from distrl.session import run_training
+
+    class Ask(Hooks):
+        def after_iteration(self, runner, record) -> bool:
+            return ask is None or (rank, runner.iteration) != ask
+
+    d = DistConfig(**(dist or {}), timeout=30.0)
+    by_strategy = {"allreduce": world, "learner-actor": world - d.learners}
+    collectors = by_strategy.get(d.strategy, world - 1)  # (a parameter server's workers)
+    cfg = small_config(32 // collectors, distributed=world > 1, **agent)
+    cfg = dataclasses.replace(cfg, run_dir=run_dir, dist=d, resume=resume)
+    final = run_training(cfg, hooks=[Ask()])
+    return {k: final.get(k) for k in ("iteration", "stopped", "interrupted")}
+
+
 def replica(policy: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """What must be identical on every rank: parameters, buffers and optimizer state, flat."""
     opt = [

@@ -68,6 +68,12 @@ def cfg(task: str = "cartpole", **sections) -> TrainConfig:
         ),
         (
             "reach10",
+            dict(agent=AgentConfig(target_return=0.9)),
+            "--agent.target-return does not apply to reach10: its episodic RLOO runner scores "
+            "success over its suite; use --multitask.early-stop-success",
+        ),
+        (
+            "reach10",
             dict(policy=PolicyConfig(reward_normalization=True)),
             "--policy.reward-normalization does not apply to reach10: its episodic RLOO runner "
             "scores whole episodes; leave it off",

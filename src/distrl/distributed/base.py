@@ -188,13 +188,15 @@ class Strategy(Protocol):
         ...
 
     stop_requested: bool
-    """Stop after this iteration: the ranks agreed on an interrupt (``interrupt``), or whoever
-    coordinates this rank asked it to (a parameter server whose algorithm stopped early on its
-    view of every worker's statistics, or that was interrupted)."""
+    """Stop after this iteration: the ranks agreed on an interrupt or a stop request
+    (``interrupt``), or whoever coordinates this rank asked it to (a parameter server whose
+    algorithm stopped early on its view of every worker's statistics, or that was interrupted;
+    learner-actor's learners whose algorithm stopped early)."""
     interrupt: int
-    """The signal (SIGINT, SIGTERM) that stopped the run, as every rank that learns it agrees
-    (0: none). It travels in the exchange each iteration already makes (``distrl.interrupts``):
-    the ``reduce_stats`` row, a worker's or an actor's message header, the server's reply."""
+    """The signal (SIGINT, SIGTERM) that stopped the run, or ``interrupts.REQUEST`` for a
+    callback's stop request, as every rank that learns it agrees (0: none). It travels in the
+    exchange each iteration already makes (``distrl.interrupts``): the ``reduce_stats`` row, a
+    worker's or an actor's message header, the server's reply."""
 
     @property
     def stats_agreed(self) -> bool:
@@ -293,8 +295,9 @@ class LearnerLink(Protocol):
     def receive_rollouts(self, rollouts: RemoteRollouts) -> None:
         """One rollout from every live actor, side by side in ``rollouts``."""
 
-    def push_weights(self) -> None:
-        """The new parameters to every actor."""
+    def push_weights(self, stop: bool = False) -> None:
+        """The new parameters to every actor; ``stop``: the learners' algorithm stopped early at
+        this version, so the actors stop with them."""
 
     def learner_states(self, iteration: int, own: Any) -> list[Any] | None:
         """Every rank's checkpoint state for ``iteration``, indexed by rank, on rank 0."""

@@ -94,15 +94,19 @@ class Collectives:
 
     # ---- interrupts -----------------------------------------------------------------------
     def interrupt_note(self) -> int:
-        """What this rank adds to the exchange: the signal it received (0: none)."""
-        return interrupts.received()
+        """What this rank adds to the exchange: the signal it received, or its stop request
+        (0: neither; ``interrupts.note``)."""
+        return interrupts.note()
 
     def agree_interrupt(self, notes: torch.Tensor) -> None:
         """Every participating rank's note, the same on each: stop after this iteration if any
-        rank was signalled (the first in rank order names the signal)."""
-        signalled = [int(n) for n in notes.tolist() if n]
-        if signalled and not self.interrupt:
-            self.interrupt = signalled[0]
+        rank was signalled or asked to stop (the first signal in rank order names the signal,
+        and outranks a stop request: ``interrupts.merge``)."""
+        agreed = 0
+        for n in notes.tolist():
+            agreed = interrupts.merge(agreed, int(n))
+        if agreed and not interrupts.is_signal(self.interrupt):
+            self.interrupt = agreed
             self.stop_requested = True
 
     def finish(self) -> None:

@@ -257,7 +257,7 @@ class LearnerActor(Collectives):
         self.targets = set(self.actors)  # learner: actors it still sends weights to
         self.messages: list[str] = []
         self.dropped: dict[int, str] = {}  # learner: actor -> why
-        self.heard = 0  # learner: the first interrupt an actor reported (its header's signal)
+        self.heard = 0  # learner: what its actors' headers noted (a signal or a stop request)
         self.stop_at: int | None = None  # actor: the version the learners stopped at
         self._acc = self._fresh()
 
@@ -320,8 +320,9 @@ class LearnerActor(Collectives):
             raise
 
     def interrupt_note(self) -> int:
-        """A learner adds its actors' interrupt to its own in the learners' exchange."""
-        return interrupts.received() or self.heard
+        """A learner adds its actors' interrupt (or stop request) to its own in the learners'
+        exchange."""
+        return interrupts.merge(interrupts.note(), self.heard)
 
     def verify_replicas(self, module: nn.Module) -> None:
         """The learners hold identical parameters (actors may hold older versions in async)."""
@@ -336,17 +337,20 @@ class LearnerActor(Collectives):
         bufs = torch.cat([b.detach().reshape(-1).double().cpu() for b in self.policy.buffers()])
         return torch.cat([flat, pack64(bufs)])
 
-    def push_weights(self) -> None:
-        """Learner: the new version's chunks to every actor, as the routing table says."""
+    def push_weights(self, stop: bool = False) -> None:
+        """Learner: the new version's chunks to every actor, as the routing table says;
+        ``stop``: the learners' algorithm stopped early at this version (every learner decides
+        alike from the agreed statistics)."""
         t0 = time.perf_counter()
         self.version += 1
         vec = self._sync_vector()
         sent = 0
         routes = self.table.sends(self.rank)
         for actor in sorted(self.targets):
-            # stop: the learners agreed on an interrupt this iteration (reduce_stats)
-            stop = int(self.stop_requested)
-            head = LearnerHeader(WEIGHTS, version=self.version, failed=-1, stop=stop).words()
+            # stop: the learners agreed on an interrupt or a stop request this iteration
+            # (reduce_stats), or their algorithm stopped early
+            halt = int(self.stop_requested or stop)
+            head = LearnerHeader(WEIGHTS, version=self.version, failed=-1, stop=halt).words()
             mine = [r for r in routes if r.actor == actor]
             try:
                 self._send(head, actor)
@@ -423,7 +427,8 @@ class LearnerActor(Collectives):
                     f"learner rank {learner}); stopping"
                 )
             if kind == WEIGHTS and header.stop and self.stop_at is None:
-                # the learners stopped at this version (an interrupt): the actor sends its state
+                # the learners stopped at this version (an interrupt, a stop request, their
+                # algorithm's early stop): the actor sends its state
                 # for that iteration's checkpoint and stops (runner.roles.act)
                 self.stop_at, self.stop_requested = version, True
             if kind == BYE:
@@ -474,7 +479,7 @@ class LearnerActor(Collectives):
                 seconds=seconds,
                 part=part,
                 parts=parts,
-                signal=interrupts.received(),  # its learner passes it on (interrupt_note)
+                signal=interrupts.note(),  # its learner passes it on (interrupt_note)
                 length=length,
             )
 
@@ -531,8 +536,8 @@ class LearnerActor(Collectives):
         if head is None or why is not None:
             self._drop(actor, f"it sent {why}")
             return
-        if head.signal and not self.heard:  # the actor was interrupted: stop the run
-            self.heard = head.signal
+        if head.signal:  # the actor was interrupted or asked to stop: stop the run
+            self.heard = interrupts.merge(self.heard, head.signal)
         kind, part, parts = head.kind, head.part, head.parts
         if kind == ROLLOUT:
             self.pending[actor].append((head.version, head.seconds, payload.clone()))

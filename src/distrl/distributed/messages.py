@@ -93,8 +93,8 @@ class WorkerHeader(Header):
     nsums: int
     """Statistics: how many leading words of the row are sums."""
     signal: int = dataclasses.field(default=0, kw_only=True)
-    """The SIGINT or SIGTERM the worker received (0: none): the server stops the run
-    (``distrl.interrupts``)."""
+    """The SIGINT or SIGTERM the worker received, or its stop request (0: neither): the server
+    stops the run (``distrl.interrupts.note``)."""
     length: int
 
 
@@ -136,8 +136,8 @@ class ActorHeader(Header):
     part: int
     parts: int
     signal: int = dataclasses.field(default=0, kw_only=True)
-    """The SIGINT or SIGTERM the actor received (0: none): its learner passes it on to the
-    learners' exchange (``distrl.interrupts``)."""
+    """The SIGINT or SIGTERM the actor received, or its stop request (0: neither): its learner
+    passes it on to the learners' exchange (``distrl.interrupts.note``)."""
     length: int
 
 
@@ -149,6 +149,7 @@ class LearnerHeader(Header):
     failed: int
     """ABORT: the learner rank that failed (-1 when unknown or not an abort)."""
     stop: int = 0
-    """WEIGHTS: 1 when the learners agreed to stop at this version (an interrupt): the actor
-    sends its state for that iteration's checkpoint and stops (``distrl.interrupts``)."""
+    """WEIGHTS: 1 when the learners stop at this version (an interrupt or a stop request they
+    agreed on, or their algorithm's early stop): the actor sends its state for that
+    iteration's checkpoint and stops (``distrl.interrupts``)."""
     length: int = 0

@@ -140,7 +140,7 @@ class ParameterServer(Collectives):
                 part=part,
                 parts=parts,
                 nsums=h.get("nsums", 0),
-                signal=interrupts.received(),  # the server stops the run (distrl.interrupts)
+                signal=interrupts.note(),  # the server stops the run (distrl.interrupts)
                 length=length,
             )
 
@@ -316,7 +316,8 @@ class ParameterServer(Collectives):
             self.stop_requested = True
         total = unpack64(reply[: 2 * layout.num_sums])
         device = next(iter(sums.values())).device
-        out = Agreed(sums={k: v.to(device) for k, v in layout.unpack_sums(total).items()})
+        sums = {k: v.to(device) for k, v in layout.unpack_sums(total).items()}
+        out = Agreed(sums=sums, ranks=(self.rank,))  # the gathered row is this worker's alone
         out.gathered = {k: v.unsqueeze(0) for k, v in layout.unpack_gather(row).items()}
         return out
 
@@ -498,7 +499,7 @@ class _ServerLoop:
             self._lost(worker, f"it sent {why}")
             return
         payload = WorkerHeader.payload(msg)
-        if head.signal:  # the worker was interrupted: stop the run (_stats_decision)
+        if head.signal:  # the worker was interrupted or asked to stop: stop the run
             self._interrupted(head.signal)
         kind, part, parts = head.kind, head.part, head.parts
         if parts > 1:
@@ -591,13 +592,13 @@ class _ServerLoop:
     def _stats_decision(self) -> Decision | None:
         """A statistics reply says 'stop' once the server's algorithm stopped early (its view
         of every worker's counts: under ps-asp/bap the workers' own views are partial), or once
-        the server or any worker was interrupted (SIGINT, SIGTERM: ``distrl.interrupts``)."""
-        self._interrupted(interrupts.received())
+        the server or any worker was interrupted (SIGINT, SIGTERM) or asked to stop
+        (``distrl.interrupts``)."""
+        self._interrupted(interrupts.note())
         return Decision("stop") if self.should_stop() or self.ps.interrupt else None
 
-    def _interrupted(self, signum: int) -> None:
-        if signum and not self.ps.interrupt:
-            self.ps.interrupt = signum
+    def _interrupted(self, note: int) -> None:
+        self.ps.interrupt = interrupts.merge(self.ps.interrupt, note)
 
     # ---- gradients ---------------------------------------------------------------------------
     def _on_grad(self, worker: int, flat: torch.Tensor, version: int, samples: int) -> None:

@@ -123,6 +123,11 @@ _PPO_OPTIONS = (
         "varying length; use --agent.max-iterations",
     ),
     Option(
+        "agent.target_return",
+        "{flag} does not apply to {task}: its {algorithm} runner scores success over its "
+        "suite; use --multitask.early-stop-success",
+    ),
+    Option(
         "policy.reward_normalization",
         "{flag} does not apply to {task}: its {algorithm} runner scores whole episodes; leave "
         "it off",

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from distrl import checkpoint as ckpt
+from distrl import interrupts
 from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig, to_dict
 from distrl.distributed.base import Agreed, StatsLayout, Strategy
@@ -78,6 +79,7 @@ class Runner(ABC):
         self._start = time.perf_counter()
         self.evaluator: Evaluator | None = None  # built on the main rank at the first due eval
         self.last_checkpoint: Path | None = None  # the newest this process wrote
+        self.stop_request: str | None = None  # why a hook of this process asked to stop
 
     # ---- the algorithm plug-in ----------------------------------------------------------------
     @abstractmethod
@@ -128,6 +130,11 @@ class Runner(ABC):
         """An agreed early stop (the same on every rank); none by default."""
         return False
 
+    @property
+    def early_stop_reason(self) -> str:
+        """Why ``stop_early`` holds, in words (``stopped`` in the last record)."""
+        return "the algorithm stopped early"
+
     def close(self) -> None:  # noqa: B027 (optional: not every algorithm holds envs)
         """Release the envs."""
 
@@ -140,10 +147,39 @@ class Runner(ABC):
     @property
     def done(self) -> bool:
         """The last iteration is over: the budget is spent, the algorithm stopped early, or the
-        strategy says stop (an interrupt every rank agreed on, or a parameter server's stop)."""
+        strategy says stop (an interrupt or a stop request every rank agreed on, or a parameter
+        server's stop); one process stops at its own request at once."""
         if self.strategy.stop_requested:
             return True
+        if self.stop_request is not None and not self.strategy.active:
+            return True
         return self.iteration >= self.cfg.agent.max_iterations or self.stop_early
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the run early, with the final checkpoint as after its last iteration, saying
+        ``reason`` (``stopped`` in the last record and in ``TrainResult.metrics``). Any hook on
+        any rank may call it. One process stops after the current iteration; ranks learn of it
+        in the next iteration's exchange (the one an interrupt travels in: no extra collective)
+        and all stop after that iteration (``distrl.interrupts``)."""
+        if self.stop_request is None:
+            self.stop_request = reason
+            interrupts.request_stop(reason)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the run stops before its last iteration, once that is decided (None: not)."""
+        s = self.strategy
+        if interrupts.is_signal(s.interrupt):
+            return f"interrupted by {interrupts.name(s.interrupt)}"
+        if self.stop_request is not None and (s.interrupt or not s.active):
+            return self.stop_request
+        if s.interrupt:
+            return "a hook on another rank asked to stop (request_stop)"
+        if self.stop_early:
+            return self.early_stop_reason
+        if s.stop_requested:  # a parameter server's worker, an actor: the coordinator's word
+            return "the rank that coordinates this one stopped the run"
+        return None
 
     def begin(self) -> None:
         """Liveness (this rank entered the iteration) and the LR schedule."""
@@ -171,8 +207,13 @@ class Runner(ABC):
     def schedule_lr(self) -> None:
         self.ppo.schedule_lr(self.iteration)
 
-    def finished(self) -> None:  # noqa: B027 (optional)
-        """After the last iteration of a collecting learner (the algorithm may say why)."""
+    def finished(self) -> None:
+        """After the last iteration of every role but an actor: say why the run stopped early
+        (an interrupt has its own line: ``interrupts.final_line``)."""
+        reason = self.stop_reason
+        if reason is not None and not interrupts.is_signal(self.strategy.interrupt):
+            saved = f"; final checkpoint {self.last_checkpoint}" if self.last_checkpoint else ""
+            self.message(f"stopped at iteration {self.iteration}: {reason}{saved}")
 
     def record(
         self,
@@ -209,12 +250,21 @@ class Runner(ABC):
         return time.perf_counter() - self._start
 
     def log(self, record: dict[str, Any]) -> None:
-        """Log one record; on the main rank first add the evaluation when one is due."""
+        """Log one record: on the main rank first the evaluation when one is due, then the
+        hooks' ``on_record`` additions and, once the run stops early, why (``stopped``); after
+        it, the hooks' ``after_iteration`` (False from one asks to stop: ``request_stop``)."""
         if self.strategy.is_main and self.cfg.eval.interval > 0:
             self.evaluate_into(record)
+        for h in self.hooks:
+            if hasattr(h, "on_record"):  # (hooks that do not subclass Hooks may lack it)
+                h.on_record(self, record)
+        reason = self.stop_reason
+        if reason is not None:
+            record["stopped"] = reason
         self.tel.log(record)
         for h in self.hooks:
-            h.after_iteration(self, record)
+            if h.after_iteration(self, record) is False:
+                self.request_stop(f"{type(h).__name__}.after_iteration returned False")
 
     def message(self, text: str) -> None:
         self.tel.message(text)

@@ -396,6 +396,13 @@ class EpisodicRunner(Runner):
             return False
         return self.streak >= self.mt.early_stop_patience
 
+    @property
+    def early_stop_reason(self) -> str:
+        return (
+            f"early stop: suite success >= {self.mt.early_stop_success} for {self.streak} "
+            f"iterations"
+        )
+
     # ---- checkpoints -----------------------------------------------------------------------
     def rank_state(self) -> dict[str, Any]:
         """What differs per rank: the schedule's cursors, RNG and the shuffle generator."""
@@ -430,13 +437,6 @@ class EpisodicRunner(Runner):
         self._env_steps = int(state["env_steps"])
         self.streak = int(state["streak"])
         self.task_success = state["task_success"].clone()
-
-    def finished(self) -> None:
-        if self.stop_early:
-            self.tel.message(
-                f"early stop: suite success >= {self.mt.early_stop_success} for "
-                f"{self.streak} iterations (iteration {self.iteration})"
-            )
 
     def close(self) -> None:
         for env in self.envs.values():

@@ -71,8 +71,8 @@ class OnPolicyRunner(Runner):
             self.remote = RemoteRollouts(env, self.policy, cfg.agent.num_steps, slots, env.device)
         self._env_steps = 0  # every collector's, from the agreed statistics (absorb)
         # what absorb keeps for summary: each collector's rollout time and episode window (by
-        # rank), and the batch's explained variance
-        self._seen: dict[str, Any] = {"times": {}, "windows": {}, "ev": None}
+        # rank), the batch's explained variance, and whether the windows are every collector's
+        self._seen: dict[str, Any] = {"times": {}, "windows": {}, "ev": None, "whole": False}
         strategy.setup(self.policy, self.ppo)
 
     # ---- counters ------------------------------------------------------------------------
@@ -175,6 +175,9 @@ class OnPolicyRunner(Runner):
         times, windows = agreed.gathered["rollout_time"], agreed.gathered["episodes"]
         for i, r in enumerate(agreed.ranks or range(times.shape[0])):
             seen["times"][r], seen["windows"][r] = times[i], windows[i]
+        # an all-gather's rows (no ranks named) are every participant's; a parameter server
+        # keeps every worker's; a worker holds only its own
+        seen["whole"] = not agreed.ranks or self.strategy.roles.server
 
     def summary(self) -> dict[str, Any]:
         """Episode return and length over the newest episodes of every collector's window, the
@@ -185,6 +188,31 @@ class OnPolicyRunner(Runner):
         windows = [seen["windows"][r] for r in ranks] or [torch.full((WINDOW, 3), -1.0)]
         episodes = episode_summary(torch.stack(times), torch.stack(windows))
         return episodes | {"explained_variance": seen["ev"]}
+
+    # ---- --agent.target-return ---------------------------------------------------------------
+    def _return_mean(self) -> float | None:
+        """The logged ``episode_return_mean``: over the newest episodes of every collector."""
+        return self.summary()["episode_return_mean"]
+
+    @property
+    def stop_early(self) -> bool:
+        """``--agent.target-return``: the mean return over every collector's newest episodes
+        reached it. Decided from the same numbers on every rank that sees every collector's
+        episodes: the ranks of an all-gather (allreduce; learner-actor's learners, whose
+        weights then tell their actors), a parameter server (whose reply then stops its
+        workers); a worker of a parameter server sees its own alone and waits for that reply."""
+        target = self.cfg.agent.target_return
+        if target is None or not self._seen["whole"]:
+            return False
+        mean = self._return_mean()
+        return mean is not None and mean >= target
+
+    @property
+    def early_stop_reason(self) -> str:
+        return (
+            f"target return {self.cfg.agent.target_return:g} reached (episode_return_mean "
+            f"{self._return_mean():.2f}, every rank's newest episodes)"
+        )
 
     # ---- checkpoints -----------------------------------------------------------------------
     def algorithm_state(self) -> dict[str, Any]:

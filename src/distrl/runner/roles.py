@@ -118,7 +118,7 @@ def learn_from_actors(runner: Runner, link: LearnerLink) -> dict[str, Any]:
         t_wait = time.perf_counter() - t0
         metrics = runner.learn_step()
         t_update = time.perf_counter() - t0 - t_wait
-        link.push_weights()
+        link.push_weights(stop=runner.stop_early)  # the actors stop with their learners
         runner.iteration += 1
         comm, _ = strategy.take_times()
         extra = link.take_metrics()

@@ -422,8 +422,20 @@ def _snapshot(runner: Runner) -> dict[str, Any]:
         "iteration": runner.iteration,
         "env_steps": runner.env_steps,
     }
-    copied: dict[str, Any] = copy.deepcopy(state)
+    copied: dict[str, Any] = _copy(state)
     return copied
+
+
+def _copy(obj: Any) -> Any:
+    """A deep copy; tensors by ``clone`` (``copy.deepcopy`` took 70 ms for cartpole's ~9k
+    parameters and their Adam state here: a tenth of an iteration)."""
+    if torch.is_tensor(obj):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_copy(v) for v in obj)
+    return copy.deepcopy(obj)
 
 
 def _restore(runner: Runner, state: dict[str, Any]) -> None:

@@ -49,22 +49,6 @@ def _slot_env(base: dict[str, str], slot: int, nproc: int, port: int) -> dict[st
     return env
 
 
-def _without_resume(args: list[str]) -> list[str]:
-    """A replacement takes its state from a live peer, never from a checkpoint."""
-    out, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a == "--resume":
-            skip = True
-            continue
-        if a.startswith("--resume="):
-            continue
-        out.append(a)
-    return out
-
-
 def launch(
     nproc: int,
     max_restarts: int,
@@ -89,9 +73,10 @@ def launch(
         env = _slot_env(base, slot, nproc, store.port)
         args = cmd
         env["DISTRL_ELASTIC_STARTED"] = f"{time.time():.3f}"
-        if replacement:
+        if replacement:  # its state comes from a live peer, never from a checkpoint
             env[JOIN_ENV] = "1"
-            args = [sys.executable, "-m", "distrl.cli", *_without_resume(script_args)]
+            fresh = torchrun_launch.strip_flags(script_args, ["--resume"])
+            args = [sys.executable, "-m", "distrl.cli", *fresh]
         procs[slot] = subprocess.Popen(args, env=env, start_new_session=True)
 
     def live() -> list[int]:

@@ -40,13 +40,18 @@ _LAUNCH_FLAGS = ("--nproc", "--max-restarts", "--max_restarts")
 
 
 def strip_launch_flags(argv: list[str]) -> list[str]:
+    return strip_flags(argv, _LAUNCH_FLAGS)
+
+
+def strip_flags(argv: list[str], names: Sequence[str]) -> list[str]:
+    """``argv`` without the flags ``names`` and their values (``--f v`` or ``--f=v``)."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
             continue
         name = a.split("=", 1)[0]
-        if name in _LAUNCH_FLAGS:
+        if name in names:
             skip = "=" not in a
             continue
         out.append(a)

@@ -103,7 +103,8 @@ def test_a_killed_and_a_stopped_rank_are_left_out_replaced_and_the_run_learns(tm
     killed = re.search(
         r"lost slot 3 \(pid \d+\) at iteration 20; 2 ranks go on .* in ([\d.]+) s", out
     )
-    assert killed and float(killed.group(1)) < 2.0, out[-3000:]
+    # a dead rank's ring neighbours fail at once, the others when their collective times out
+    assert killed and float(killed.group(1)) < 8.0, out[-3000:]
     assert len(re.findall(r"joined epoch \d+ [\d.]+ s after its process was started", out)) == 2
     hashes = assert_replicas_identical(tmp_path)
     assert len(hashes[60]) == 4  # the replacements hold the same weights as the survivors

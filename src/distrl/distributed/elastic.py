@@ -12,12 +12,13 @@ Membership lives in the launcher's TCPStore under ``el/``; each *epoch* is one m
 list of ``slot:pid``) and one Gloo process group made from a ``PrefixStore`` of that epoch:
 
 - **start**: every slot writes ``el/want/<slot>``; epoch 0 is all N slots.
-- **a rank dies or stalls** (its collectives fail: at once for a dead peer, after
-  ``--dist.timeout`` for a stopped one): each survivor drops its process group (the others'
-  collectives then fail at once too), rolls its learner back to the start of the iteration
-  unless its update had completed, and votes ``el/<e>/vote/<slot>`` with the iteration it
-  holds. The first survivor that sees every member voted or dead (the launcher marks a process
-  that exited, ``el/dead/<pid>``), or ``--dist.timeout`` pass since its own vote, writes the
+- **a rank dies or stalls** (collectives fail: at once on a dead peer's ring neighbours,
+  after ``--dist.timeout`` on the other survivors and for a stopped peer): each survivor drops
+  its process group, rolls its learner back to the start of the iteration unless its update
+  had completed, and votes ``el/<e>/vote/<slot>`` with the iteration it holds. The first
+  survivor that sees every member voted, dead (the launcher marks a process that exited,
+  ``el/dead/<pid>``) or stalled (each process's beat thread writes ``el/hb/<pid>`` every 0.5 s;
+  a stopped one's is 3 s old), or 2 x ``--dist.timeout`` + 5 s pass since its own vote, writes the
   next epoch's members once (``compare_set``) and marks the others ``el/out/<pid>`` (the
   launcher kills such a process, and starts a replacement). The survivors form the new group,
   and the one holding the newest iteration (the lowest slot on a tie) broadcasts its learner
@@ -44,6 +45,7 @@ import datetime
 import io
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -64,6 +66,29 @@ STORE_ENV = "DISTRL_ELASTIC"
 JOIN_ENV = "DISTRL_ELASTIC_JOIN"
 """Set for a replacement process: it joins a running epoch and takes its state from a peer."""
 POLL = 0.02
+BEAT, STALE = 0.5, 3.0
+"""Every rank's beat thread writes ``el/hb/<pid>`` every BEAT s; older than STALE s: stalled."""
+
+
+def _client(timeout: float) -> Any:
+    host, port = os.environ[STORE_ENV].rsplit(":", 1)
+    return dist.TCPStore(
+        host,
+        int(port),
+        is_master=False,
+        timeout=datetime.timedelta(seconds=max(timeout, 30.0)),
+        use_libuv=True,
+    )
+
+
+def _beat(pid: int, timeout: float) -> None:
+    """This process is alive and running (a thread of its own, its own connection: the main
+    thread may be blocked in a collective)."""
+    store = _client(timeout)
+    with contextlib.suppress(Exception):  # the launcher (and its store) went away: stop
+        while True:
+            store.set(f"el/hb/{pid}", f"{time.time():.3f}")
+            time.sleep(BEAT)
 
 
 @dataclass(frozen=True)
@@ -98,15 +123,18 @@ class Membership:
 
     @classmethod
     def connect(cls, slot: int, slots: int, timeout: float, backend: str) -> Membership:
-        host, port = os.environ[STORE_ENV].rsplit(":", 1)
-        store = dist.TCPStore(
-            host,
-            int(port),
-            is_master=False,
-            timeout=datetime.timedelta(seconds=max(timeout, 30.0)),
-            use_libuv=True,
-        )
-        return cls(store, slot, slots, timeout, backend)
+        membership = cls(_client(timeout), slot, slots, timeout, backend)
+        beat = threading.Thread(target=_beat, args=(membership.me.pid, timeout), daemon=True)
+        beat.start()
+        return membership
+
+    def stalled(self, member: Member) -> bool:
+        """Its process has not beaten for ``STALE`` s (``_beat``; a stopped process does not;
+        one busy in a long collective or an evaluation does)."""
+        key = f"el/hb/{member.pid}"
+        if not self.store.check([key]):
+            return False  # not started beating yet
+        return time.time() - float(self.store.get(key).decode()) > STALE
 
     # ---- who is in --------------------------------------------------------------------------
     @property
@@ -135,7 +163,9 @@ class Membership:
                         f"iteration for {patience:g} s; the run is not making progress"
                     )
                 time.sleep(POLL * 5)
-            self._enter(int(self.store.get(key).decode()))
+            epoch = int(self.store.get(key).decode())
+            self._enter(epoch)
+            self.admitted = int(self.store.get(f"el/{epoch}/wants").decode())
             started = float(os.environ.get("DISTRL_ELASTIC_STARTED", "nan"))
             print(
                 f"elastic: slot {self.slot} (pid {self.me.pid}) joined epoch {self.epoch} "
@@ -174,14 +204,14 @@ class Membership:
             ) from e
 
     def _drop_group(self) -> None:
-        """Leave the current group: it is aborted, so its sockets close and peers blocked in a
-        collective with this rank fail at once (without it they would wait out the timeout),
-        and the object is kept alive, so that no destructor waits on a stopped peer."""
+        """Leave the current group (aborted, and the object kept alive, so that no destructor
+        waits on a stopped peer). A dead peer's ring neighbours fail at once; a survivor
+        blocked on a live one fails after --dist.timeout (Gloo's own), and votes then."""
         if dist.is_initialized():
             group = dist.distributed_c10d._get_default_group()
             self._graveyard.append(group)
             with contextlib.suppress(Exception):
-                group.abort()  # Gloo closes its pairs: peers blocked on this rank fail now
+                group.abort()
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
 
@@ -192,6 +222,12 @@ class Membership:
             return False
         self.store.set("el/beat", f"{time.time():.3f}")
         return int(self.store.add("el/wants", 0)) > self.admitted
+
+    def source(self) -> int:
+        """Index, in this epoch's group, of the member whose state the others take when it
+        was formed by an admission: the previous epoch's leader (a newcomer may sort first)."""
+        slot = int(self.store.get(f"el/{self.epoch}/source").decode())
+        return next(i for i, m in enumerate(self.members) if m.slot == slot)
 
     def admit(self) -> int:
         """Every member, at the iteration boundary all agreed on: the leader writes the next
@@ -211,6 +247,7 @@ class Membership:
                         new.append(Member(s, pid))
             members = sorted(self.members + new, key=lambda m: m.slot)
             self.store.set(f"el/{nxt}/wants", str(wants))
+            self.store.set(f"el/{nxt}/source", str(self.slot))
             self.store.compare_set(key, "", _text(members))
             for m in new:
                 self.store.set(f"el/admit/{m}", str(nxt))
@@ -229,10 +266,16 @@ class Membership:
         e = self.epoch
         self.store.set(f"el/{e}/vote/{self.slot}", f"{self.me.pid} {committed}")
         key = f"el/{e + 1}/members"
-        deadline = time.monotonic() + self.timeout
+        # a live survivor may learn of the failure only when its own collective times out
+        # (--dist.timeout): wait past that for its vote; the dead are marked by the launcher
+        deadline = time.monotonic() + 2 * self.timeout + 5.0
         while not self.store.check([key]):
             votes = self._votes(e)
-            dead = [m for m in self.members if self.store.check([f"el/dead/{m.pid}"])]
+            dead = [
+                m
+                for m in self.members
+                if m not in votes and (self.store.check([f"el/dead/{m.pid}"]) or self.stalled(m))
+            ]
             settled = all(m in votes or m in dead for m in self.members)
             if settled or time.monotonic() > deadline:
                 survivors = [m for m in self.members if m in votes]
@@ -331,11 +374,12 @@ class ElasticAllReduce(AllReduceStrategy):
         from the state of the one holding the newest iteration. At the boundary where the
         members agreed a process waits to join, it joins and receives that state."""
         if self._sync_pending:
-            self._sync_state(runner, 0)
+            self._sync_state(runner, self.membership.source())
             self._sync_pending = False
             runner.message(
                 f"elastic: slot {self.ctx.rank} joined at epoch {self.membership.epoch}, "
-                f"iteration {runner.iteration}, state from slot {self.membership.members[0].slot}"
+                f"iteration {runner.iteration}, state from slot "
+                f"{self.membership.members[self.membership.source()].slot}"
             )
             if runner.done:
                 return {}
@@ -355,7 +399,7 @@ class ElasticAllReduce(AllReduceStrategy):
         t0 = time.perf_counter()
         added = self.membership.admit()
         self._follow()
-        self._sync_state(runner, 0)
+        self._sync_state(runner, self.membership.source())
         self.joins += added
         runner.message(
             f"elastic: {added} rank(s) joined at iteration {runner.iteration}: "

@@ -10,8 +10,9 @@ the two registries (``runner/algorithms.check_compatible``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ from distrl.config import TrainConfig, to_dict
 from distrl.rundir import RunLock, check_run_dir_free, check_unlocked, init_policy
 
 if TYPE_CHECKING:
+    from distrl.envs.core import VecEnv
     from distrl.runner.hooks import Hooks
 
 
@@ -155,6 +157,8 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
     ctx = context.init(cfg)
     clean = lost = False
     lock: RunLock | None = None
+    env: VecEnv | None = None
+    close: Callable[[], None] | None = None
     try:
         algorithm = check_compatible(cfg, ctx.world_size if ctx.distributed else 1)
         strategy = make_strategy(cfg, ctx)
@@ -251,6 +255,11 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
         lost = True
         raise
     finally:
+        if not clean:  # stopped by an error: the envs close (AsyncVectorEnv subprocesses end)
+            closer = close if close is not None else env.close if env is not None else None
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    closer()
         if lock is not None:
             lock.release()
         context.shutdown(clean, peer_lost=lost)

@@ -41,7 +41,7 @@ def check_before_start(cfg: TrainConfig) -> None:
     Raises ValueError (``CheckpointError`` is one) naming the problem and the fix.
     """
     from distrl.distributed import context, launch
-    from distrl.envs.registry import get_task
+    from distrl.envs.registry import check_config, get_task
     from distrl.policy.networks import check_network
     from distrl.runner.algorithms import check_compatible
 
@@ -55,6 +55,7 @@ def check_before_start(cfg: TrainConfig) -> None:
     task = get_task(cfg.task)
     if task.preflight is not None:
         task.preflight()
+    check_config(cfg)
     check_compatible(cfg, world)  # option x algorithm x strategy, and the world size
     if task.suite is not None:
         task.suite.select(cfg.multitask.tasks)

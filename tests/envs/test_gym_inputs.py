@@ -10,6 +10,7 @@ before anything runs, naming the object and what to pass instead.
 from __future__ import annotations
 
 import multiprocessing
+import sys
 
 import gymnasium
 import pytest
@@ -221,3 +222,17 @@ def test_box2d_envs_name_gymnasium_box2d(env_id, tmp_path):
     distrl.register_task("mine", gym=env_id)
     with pytest.raises(ValueError, match=r"gymnasium\[box2d\]"):
         _train("mine", tmp_path, "y")
+
+
+def test_atari_and_mujoco_ids_name_their_extras(monkeypatch, tmp_path):
+    for key in [k for k in gymnasium.registry if k.startswith("ALE/")]:
+        monkeypatch.delitem(gymnasium.registry, key)
+    loaded = [m for m in sys.modules if m.startswith(("mujoco", "gymnasium.envs.mujoco."))]
+    for name in loaded:  # imported again, as where they are missing
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, "mujoco", None)
+    with pytest.raises(ValueError, match=r"gym:ALE/Pong-v5 is an Atari game and ale-py is missing"):
+        _train("ALE/Pong-v5", tmp_path, "atari")
+    with pytest.raises(ValueError, match=r"gym:Ant-v5 needs.*mujoco extra.*'\.\[mujoco\]'"):
+        _train("Ant-v5", tmp_path, "ant")

@@ -42,14 +42,17 @@ from distrl.rundir import load_policy
 from distrl.runner.hooks import Hooks
 
 
-def make_config(task: str, *args: str, **overrides: Any) -> TrainConfig:
+def make_config(task: Any, *args: str, **overrides: Any) -> TrainConfig:
     """The task's tuned defaults, then ``args`` (command-line words, e.g.
     ``"--agent.max-iterations", "50"``), then ``overrides``: top-level fields by name, sections
     as dicts (``agent={"max_iterations": 50}``) or as config dataclasses. Validated: a bad
     value raises ValueError naming the field and the fix. ``task`` may also be the path of a
-    run's ``config.yaml`` (see ``load_config``)."""
+    run's ``config.yaml`` (see ``load_config``), or a Gymnasium env: its id, an instance, a
+    ``gymnasium.vector.VectorEnv`` or a factory of one env (``registry.task_name``)."""
     from distrl.args import parse_train_args
+    from distrl.envs.registry import task_name
 
+    task = task_name(task)
     with _process_state_restored():  # first use imports modules that draw from `random`
         if task.endswith((".yaml", ".yml")):
             cfg = parse_train_args(["--config", task, *args])
@@ -243,8 +246,9 @@ class TrainResult:
 def train(
     cfg: TrainConfig | str | None = None, /, hooks: Sequence[Hooks] = (), **overrides: Any
 ) -> TrainResult:
-    """Train ``cfg`` (a TrainConfig, a task name, or a config.yaml path; ``overrides`` as in
-    ``make_config``) and return the trained policy with the run's numbers. ``hooks``
+    """Train ``cfg`` (a TrainConfig, a task name, a config.yaml path, or a Gymnasium env as
+    ``make_config`` takes one; ``overrides`` as in ``make_config``) and return the trained
+    policy with the run's numbers. ``hooks``
     (``distrl.Hooks``: callbacks around each update and after each iteration) are called by
     this process's runner, after the task's own (``register_task(..., hooks=)``).
 
@@ -254,7 +258,10 @@ def train(
     anything starts."""
     from distrl import session
     from distrl.distributed import launch
+    from distrl.envs.registry import task_name
 
+    if not isinstance(cfg, TrainConfig | str | None):  # a Gymnasium env: its task
+        cfg = task_name(cfg)
     if cfg is None or isinstance(cfg, str):
         cfg = make_config(cfg or "cartpole", **overrides)
     elif overrides:

@@ -26,6 +26,11 @@ class EnvConfig:
     """Override the task's time limit (None keeps the task's own, e.g. 500 for cartpole)."""
     check_finite: bool = True
     """Stop with an error naming env, step and field when an observation or reward is NaN/Inf."""
+    vectorization: Literal["sync", "async"] = "sync"
+    """How a Gymnasium task (gym:<Id>, register_task(gym=...)) steps its envs: sync, one after
+    another in this process (Gymnasium's own batched implementation where the env has one that
+    resets in the same step); async, one subprocess per env (Gymnasium's AsyncVectorEnv), for
+    slow Python envs. Same seed, same episodes either way. Batched torch tasks take sync only."""
 
 
 @dataclass(frozen=True)
@@ -395,6 +400,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         )
     if e.max_episode_steps is not None:
         _positive(errors, "--env.max-episode-steps", e.max_episode_steps, "or leave it unset")
+    if e.vectorization not in ("sync", "async"):
+        errors.append(f"--env.vectorization must be sync or async, got {e.vectorization!r}")
     _validate_agent(errors, a)
     _validate_policy(errors, cfg.policy)
     if a.num_minibatches > 0 and e.num_envs > 0 and a.num_steps > 0:

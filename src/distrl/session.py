@@ -10,8 +10,9 @@ the two registries (``runner/algorithms.check_compatible``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ from distrl.config import TrainConfig, to_dict
 from distrl.rundir import RunLock, check_run_dir_free, check_unlocked, init_policy
 
 if TYPE_CHECKING:
+    from distrl.envs.core import VecEnv
     from distrl.runner.hooks import Hooks
 
 
@@ -39,7 +41,7 @@ def check_before_start(cfg: TrainConfig) -> None:
     Raises ValueError (``CheckpointError`` is one) naming the problem and the fix.
     """
     from distrl.distributed import context, launch
-    from distrl.envs.registry import get_task
+    from distrl.envs.registry import check_config, get_task
     from distrl.policy.networks import check_network
     from distrl.runner.algorithms import check_compatible
 
@@ -53,6 +55,7 @@ def check_before_start(cfg: TrainConfig) -> None:
     task = get_task(cfg.task)
     if task.preflight is not None:
         task.preflight()
+    check_config(cfg)
     check_compatible(cfg, world)  # option x algorithm x strategy, and the world size
     if task.suite is not None:
         task.suite.select(cfg.multitask.tasks)
@@ -157,6 +160,8 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
     ctx = context.init(cfg)
     clean = lost = False
     lock: RunLock | None = None
+    env: VecEnv | None = None
+    close: Callable[[], None] | None = None
     try:
         algorithm = check_compatible(cfg, ctx.world_size if ctx.distributed else 1)
         strategy = make_strategy(cfg, ctx)
@@ -256,6 +261,11 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
         lost = True
         raise
     finally:
+        if not clean:  # stopped by an error: the envs close (AsyncVectorEnv subprocesses end)
+            closer = close if close is not None else env.close if env is not None else None
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    closer()
         if lock is not None:
             lock.release()
         context.shutdown(clean, peer_lost=lost)

@@ -5,7 +5,11 @@ implementation (the spec's ``vector_entry_point``) is used when it resets in the
 otherwise (e.g. CartPole's native vector env only supports next-step autoreset) the environments
 run in a ``SyncVectorEnv`` with ``AutoresetMode.SAME_STEP``, which puts the observation that ended
 an episode into ``info["final_obs"]`` and the first observation of the next one into ``obs``,
-exactly the VecEnv contract. Numpy arrays are converted to torch tensors once per step.
+exactly the VecEnv contract; ``--env.vectorization async`` runs them in an ``AsyncVectorEnv``.
+A vector env built by the caller (``GymVecEnv.wrap``, ``VectorEnvInstance``) is stepped as it
+is; where it resets on the next step (or never), distrl resets the ended envs at once with
+``reset_mask``.
+Numpy arrays are converted to torch tensors once per step.
 
 Observations (``ObsSpec``), each one flat row per env:
   Box                 float32 values, flattened (any shape that is not an image)
@@ -26,6 +30,7 @@ Actions: Discrete; MultiDiscrete (1-D ``nvec``) and MultiBinary as ``multi_discr
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import importlib
@@ -36,8 +41,8 @@ import gymnasium
 import numpy as np
 import torch
 from gymnasium import spaces
-from gymnasium.envs.registration import load_env_creator
-from gymnasium.vector import AutoresetMode
+from gymnasium.envs.registration import EnvSpec, load_env_creator
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from distrl.envs.core import ActionSpace, ObsLayout, VecEnv
 
@@ -307,15 +312,36 @@ def default_network(env_id: str) -> str:
         env.close()
 
 
+# Gymnasium 1.1 added reset_mask: Sync- and AsyncVectorEnv reset some envs alone
+_HAS_RESET_MASK = tuple(int(v) for v in gymnasium.__version__.split(".")[:2]) >= (1, 1)
+
+
+def _mask_reset_problem(vector_env: gymnasium.vector.VectorEnv) -> str | None:
+    """Why distrl cannot reset the ended envs of ``vector_env`` alone (``reset_mask``), the
+    same-step reset it needs from a vector env that resets otherwise; None: it can."""
+    unwrapped = vector_env.unwrapped
+    if not _HAS_RESET_MASK:
+        return f"Gymnasium {gymnasium.__version__} cannot reset one env alone (1.1 can)"
+    if not isinstance(unwrapped, SyncVectorEnv | AsyncVectorEnv):
+        return "it is no SyncVectorEnv or AsyncVectorEnv, which can reset one env alone"
+    next_step = unwrapped.metadata.get("autoreset_mode") == AutoresetMode.NEXT_STEP
+    if isinstance(unwrapped, AsyncVectorEnv) and not unwrapped.shared_memory and next_step:
+        # its workers clear a pending autoreset on reset only with shared memory
+        return "an AsyncVectorEnv without shared_memory cannot reset one env alone"
+    return None
+
+
 class GymVecEnv(VecEnv):
     """``num_envs`` copies of Gymnasium env ``env_id``, returning torch tensors on ``device``.
 
     ``seed`` seeds the first ``reset()`` when that call passes no seed of its own (Gymnasium seeds
     sub-env i with seed + i). ``max_episode_steps`` overrides the registered time limit.
     ``render_mode`` is passed to every sub-env (``vector_env.render()`` then returns one frame
-    each); it runs them in a ``SyncVectorEnv`` unless ``vectorization_mode`` says otherwise.
-    Observations become rows as the module docstring says. State cannot be saved: a resumed run
-    starts fresh episodes.
+    each). ``vectorization_mode``: None (Gymnasium's native vector env where it resets in the
+    same step, else ``SyncVectorEnv``), ``"sync"`` or ``"async"`` (``AsyncVectorEnv``, one
+    subprocess per env, stopped by ``close()``). ``GymVecEnv.wrap`` steps a vector env built
+    elsewhere. Observations become rows as the module docstring says. State cannot be saved: a
+    resumed run starts fresh episodes.
     """
 
     def __init__(
@@ -341,7 +367,7 @@ class GymVecEnv(VecEnv):
         if vectorization_mode in ("sync", "async"):
             vector_kwargs["autoreset_mode"] = AutoresetMode.SAME_STEP
         try:
-            self.vector_env = gymnasium.make_vec(
+            vector_env = gymnasium.make_vec(
                 env_id,
                 num_envs=num_envs,
                 vectorization_mode=vectorization_mode,
@@ -350,32 +376,72 @@ class GymVecEnv(VecEnv):
             )
         except (gymnasium.error.DependencyNotInstalled, ImportError) as e:
             raise ImportError(_missing_dependency(env_id, e)) from e
-        mode = self.vector_env.metadata.get("autoreset_mode")
-        if mode != AutoresetMode.SAME_STEP:
-            self.vector_env.close()
+        spec_limit = gymnasium.spec(env_id).max_episode_steps
+        limit = max_episode_steps if max_episode_steps is not None else spec_limit
+        self._adopt(vector_env, env_id, device, limit, seed, owned=True)
+
+    @classmethod
+    def wrap(
+        cls,
+        vector_env: gymnasium.vector.VectorEnv,
+        device: torch.device | str = "cpu",
+        refusal: str | None = None,
+        owned: bool = False,
+    ) -> GymVecEnv:
+        """``vector_env`` stepped as it is; ``close()`` leaves it open (its owner closes it)
+        unless ``owned``. With ``refusal``, only its spaces are read: ``reset`` and ``step``
+        raise ValueError with that text."""
+        self = cls.__new__(cls)
+        spec = getattr(vector_env, "spec", None)
+        label = spec.id if spec is not None else type(vector_env.unwrapped).__name__
+        limit = spec.max_episode_steps if spec is not None else None
+        self._adopt(vector_env, label, device, limit, None, owned)
+        self._refusal = refusal
+        return self
+
+    def _adopt(
+        self,
+        vector_env: gymnasium.vector.VectorEnv,
+        env_id: str,
+        device: torch.device | str,
+        max_episode_steps: int | None,
+        seed: int | None,
+        owned: bool,
+    ) -> None:
+        self.vector_env, self._owned = vector_env, owned
+        self._refusal: str | None = None
+        mode = vector_env.metadata.get("autoreset_mode")
+        # any other autoreset mode: distrl resets the ended envs itself (reset_mask), which
+        # Gymnasium's Sync- and AsyncVectorEnv do in any mode; the same episodes as SAME_STEP
+        self._reset_ended = mode != AutoresetMode.SAME_STEP
+        problem = _mask_reset_problem(vector_env) if self._reset_ended else None
+        if problem is not None:
+            self.close()
             raise ValueError(
-                f"gym:{env_id} with vectorization_mode={vectorization_mode!r} resets with {mode}; "
-                f"distrl needs AutoresetMode.SAME_STEP (use vectorization_mode='sync')"
+                f"gym:{env_id}: {type(vector_env.unwrapped).__name__} resets with {mode}, and "
+                f"{problem}; distrl needs AutoresetMode.SAME_STEP: build it with "
+                f"autoreset_mode=AutoresetMode.SAME_STEP, or as gymnasium.make_vec({env_id!r}, "
+                f"n, vectorization_mode='sync'), or pass the env id or a factory of one env"
             )
         try:
-            self.obs_spec = ObsSpec(env_id, self.vector_env.single_observation_space)
-            self.action_space = _action_space(env_id, self.vector_env.single_action_space)
+            self.obs_spec = ObsSpec(env_id, vector_env.single_observation_space)
+            self.action_space = _action_space(env_id, vector_env.single_action_space)
         except ValueError:
-            self.vector_env.close()
+            self.close()
             raise
         self.env_id = env_id
-        self.num_envs = num_envs
+        self.num_envs = int(vector_env.num_envs)
         self.device = torch.device(device)
         self.obs_dim, self.obs_dtype = self.obs_spec.obs_dim, self.obs_spec.obs_dtype
-        single_action_space = self.vector_env.single_action_space
+        single_action_space = vector_env.single_action_space
         self._np_action_dtype = single_action_space.dtype
         # Discrete(n, start=s) takes actions s..s+n-1 (MultiDiscrete likewise per component);
         # the policy emits 0..n-1.
         self._action_offset = _action_offset(single_action_space)
-        spec_limit = gymnasium.spec(env_id).max_episode_steps
         # None when the env has no time limit of its own.
-        self.max_episode_steps = max_episode_steps if max_episode_steps is not None else spec_limit
+        self.max_episode_steps = max_episode_steps
         self._seed = seed
+        self.closed = False
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -386,6 +452,8 @@ class GymVecEnv(VecEnv):
         return t.to(self.device)
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
+        if self._refusal is not None:
+            raise ValueError(self._refusal)
         if seed is None:
             seed, self._seed = self._seed, None  # the constructor's seed applies once
         obs, _ = self.vector_env.reset(seed=seed)
@@ -409,13 +477,22 @@ class GymVecEnv(VecEnv):
     def step(
         self, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        if self._refusal is not None:
+            raise ValueError(self._refusal)
         np_actions = actions.detach().cpu().numpy().astype(self._np_action_dtype, copy=False)
         if self._action_offset is not None:
             np_actions = np_actions + self._action_offset
         obs, reward, terminated, truncated, info = self.vector_env.step(np_actions)
         obs_t = self._to_torch(obs)
-        # SAME_STEP autoreset: the observations that ended episodes are in info["final_obs"]
-        final_t = self._to_torch(self._final_obs(obs, info)) if "final_obs" in info else obs_t
+        ended = np.logical_or(terminated, truncated)
+        if self._reset_ended and ended.any():
+            # the ended envs' last observations are in obs: keep them, reset those envs alone
+            final_t = obs_t.clone()
+            obs_t = self._to_torch(self.vector_env.reset(options={"reset_mask": ended})[0])
+        elif "final_obs" in info:  # SAME_STEP autoreset: the ended episodes' last observations
+            final_t = self._to_torch(self._final_obs(obs, info))
+        else:
+            final_t = obs_t
         return (
             obs_t,
             torch.as_tensor(reward, dtype=torch.float32).to(self.device),
@@ -425,4 +502,116 @@ class GymVecEnv(VecEnv):
         )
 
     def close(self) -> None:
-        self.vector_env.close()
+        """Close the vector env (an AsyncVectorEnv's subprocesses end) unless it was wrapped."""
+        if self._owned:
+            self.vector_env.close()
+        self.closed = True
+
+
+# ---- env objects: a Gymnasium env instance, a vector env instance --------------------------
+def instance_spec(env: gymnasium.Env) -> EnvSpec:
+    """The spec ``gymnasium.make`` builds copies of ``env`` from (its ``render_mode`` left out:
+    distrl renders by itself); a ValueError naming what to pass instead when there is none."""
+    spec = env.spec
+    if spec is None:
+        raise ValueError(
+            f"distrl steps num_envs copies of an env, and this {type(env).__name__} instance has "
+            f"no spec to make them from (env.spec is None: gymnasium.make did not build it); "
+            f"pass a factory of one env instead, e.g. distrl.train(lambda: "
+            f"{type(env.unwrapped).__name__}(...)), or the Gymnasium id it is registered under"
+        )
+    unrecorded = [w.name for w in spec.additional_wrappers if w.kwargs is None]
+    if unrecorded:
+        raise ValueError(
+            f"distrl steps num_envs copies of an env, made by gymnasium.make(env.spec), and this "
+            f"{spec.id} instance is wrapped in {', '.join(unrecorded)}, which does not record its "
+            f"arguments (gymnasium.utils.RecordConstructorArgs) for env.spec to rebuild it; pass "
+            f"a factory of one env instead, e.g. distrl.train(lambda: "
+            f"{unrecorded[-1]}(gymnasium.make({spec.id!r})))"
+        )
+    kwargs = {k: v for k, v in spec.kwargs.items() if k != "render_mode"}
+    return dataclasses.replace(spec, kwargs=kwargs)
+
+
+def registered_id(spec: EnvSpec) -> str | None:
+    """``spec.id`` when ``spec`` is the spec registered under it (``gym:<Id>`` then builds the
+    same envs), else None."""
+    return spec.id if gymnasium.registry.get(spec.id) == spec else None
+
+
+class VectorEnvInstance:
+    """A ``gymnasium.vector.VectorEnv`` built by the caller, as the envs of task ``name``
+    (``register_task(name, gym=vector_env)``, ``distrl.train(vector_env)``).
+
+    Training steps the instance itself, as it is: its ``num_envs``, seeded by distrl's first
+    reset, left open at the end (its owner closes it). Any other env of the task (evaluation,
+    ``distrl.play``) is a ``SyncVectorEnv`` of the instance's ``env_fns`` when it is a Sync- or
+    AsyncVectorEnv without vector wrappers; else it only gives its spaces (loading a policy),
+    and stepping it is refused. ``check`` refuses the options the instance cannot honour."""
+
+    def __init__(self, name: str, vector_env: gymnasium.vector.VectorEnv) -> None:
+        self.name, self.vector_env = name, vector_env
+        self.num_envs = int(vector_env.num_envs)
+        self.kind = type(vector_env).__name__
+        bare = vector_env.unwrapped is vector_env
+        self.env_fns = getattr(vector_env, "env_fns", None) if bare else None
+        self.default_network = GymVecEnv.wrap(vector_env).obs_spec.default_network  # checked
+        self._live: GymVecEnv | None = None
+
+    def make_env(
+        self,
+        num_envs: int,
+        device: torch.device,
+        max_episode_steps: int | None = None,
+        vectorization: str = "sync",
+    ) -> VecEnv:
+        if num_envs == self.num_envs and (self._live is None or self._live.closed):
+            self._live = GymVecEnv.wrap(self.vector_env, device)
+            return self._live
+        if self.env_fns is not None:
+            fns = [self.env_fns[i % self.num_envs] for i in range(num_envs)]
+            copies = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+            return GymVecEnv.wrap(copies, device, owned=True)
+        return GymVecEnv.wrap(self.vector_env, device, refusal=self._copies_refused())
+
+    def _copies_refused(self) -> str:
+        return (
+            f"task {self.name!r} steps a {self.kind} instance, and distrl cannot copy it "
+            f"(vector wrappers or no env_fns) for envs apart from it (evaluation, distrl.play); "
+            f"pass a bare SyncVectorEnv or AsyncVectorEnv, or a factory of one env"
+        )
+
+    def check(self, cfg: Any) -> None:
+        """Refuse what ``cfg`` (a TrainConfig) asks of the instance and it cannot do."""
+        from distrl.distributed.launch import under_torchrun
+
+        e, problems = cfg.env, []
+        if e.num_envs != self.num_envs:
+            problems.append(
+                f"--env.num-envs {e.num_envs}: task {self.name!r} steps a {self.kind} instance of "
+                f"{self.num_envs} envs, as it is; leave --env.num-envs at {self.num_envs}, or "
+                f"build the vector env with {e.num_envs}"
+            )
+        if e.vectorization != "sync":
+            problems.append(
+                f"--env.vectorization {e.vectorization}: task {self.name!r} steps a {self.kind} "
+                f"instance as it was built; build a gymnasium.vector.AsyncVectorEnv yourself, or "
+                f"pass a factory of one env with --env.vectorization {e.vectorization}"
+            )
+        if e.max_episode_steps is not None:
+            problems.append(
+                f"--env.max-episode-steps {e.max_episode_steps}: the envs of the {self.kind} "
+                f"instance keep their own time limit; wrap them in gymnasium.wrappers.TimeLimit, "
+                f"or pass a factory of one env"
+            )
+        if cfg.eval.interval > 0 and self.env_fns is None:
+            problems.append(f"--eval.interval {cfg.eval.interval}: {self._copies_refused()}")
+        if cfg.nproc > 1 and not under_torchrun():
+            problems.append(
+                f"nproc={cfg.nproc} starts fresh processes, and a {self.kind} instance cannot "
+                f"travel to them; pass a factory of one env (distrl.train(lambda: "
+                f"gymnasium.make(...)) or register_task(name, gym=factory)) and run the script "
+                f"on every rank: torchrun --nproc-per-node {cfg.nproc} script.py"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))

@@ -44,7 +44,9 @@ class Task:
 
     name: str
     description: str
-    make_env: Callable[[int, torch.device, int | None], VecEnv]
+    make_env: Callable[..., VecEnv]
+    """``make_env(num_envs, device, max_episode_steps)``; a Gymnasium task's also takes
+    ``vectorization`` (--env.vectorization: "sync" or "async")."""
     default_config: Callable[[], TrainConfig]
     suite: EpisodicSuite | None = None
     """Set for multi-task episodic suites: ``distrl train`` then runs the episodic RLOO runner
@@ -58,6 +60,11 @@ class Task:
     hooks: tuple[Hooks, ...] = ()
     """Callbacks every run of this task calls (``distrl.runner.hooks.Hooks``), before those
     passed to ``distrl.train``; set by ``register_task(..., hooks=)``."""
+    gymnasium: bool = False
+    """Steps Gymnasium envs: ``make_env`` takes --env.vectorization."""
+    check: Callable[[TrainConfig], None] | None = None
+    """Raises ValueError naming the fix for a config this task cannot train (a VectorEnv
+    instance's fixed env count); ``distrl train`` runs it before anything starts."""
 
     @property
     def evaluation_suite(self) -> EpisodicSuite | None:
@@ -564,44 +571,65 @@ def _gym_task(name: str, description: str | None = None) -> Task:
 
     env_id = name[len(GYM_PREFIX) :]
     resolve_env_id(env_id)  # fail now, with close matches, rather than when the env is built
-
-    def make_env(
-        num_envs: int, device: torch.device, max_episode_steps: int | None = None
-    ) -> VecEnv:
-        from distrl.envs.gym import GymVecEnv
-
-        return GymVecEnv(env_id, num_envs, device, max_episode_steps=max_episode_steps)
-
-    def preflight() -> None:
-        from distrl.envs.gym import check_spaces
-
-        check_spaces(env_id)
-
-    tuned = _GYM_CONFIGS.get(env_id)
     return Task(
         name=name,
         description=description or f"Gymnasium {env_id} through the Gymnasium adapter",
-        make_env=make_env,
-        default_config=tuned(name) if tuned else _gym_default(name, env_id),
-        preflight=preflight,
+        make_env=_gym_make_env(env_id),
+        default_config=_gym_config(name, env_id),
+        preflight=functools.partial(_check_spaces, env_id),
+        gymnasium=True,
     )
 
 
-def _gym_default(name: str, env_id: str | None = None) -> Callable[[], TrainConfig]:
-    """8 envs x 128 steps, 100 iterations; the network that fits the env's observations
-    (``gym.default_network``: nature-cnn for images, multi-input for Dicts with images, mlp)
-    when ``env_id`` is given."""
+def _check_spaces(env_id: str) -> None:
+    from distrl.envs.gym import check_spaces
+
+    check_spaces(env_id)
+
+
+def _gym_make_env(env_id: str, time_limit: int | None = None) -> Callable[..., VecEnv]:
+    """The ``make_env`` of Gymnasium id ``env_id`` (``time_limit``: unless the config sets
+    one, else the id's own)."""
+
+    def make_env(
+        num_envs: int,
+        device: torch.device,
+        max_episode_steps: int | None = None,
+        vectorization: str = "sync",
+    ) -> VecEnv:
+        from distrl.envs.gym import GymVecEnv
+
+        limit = max_episode_steps if max_episode_steps is not None else time_limit
+        mode = None if vectorization == "sync" else vectorization  # None: native where it can
+        return GymVecEnv(env_id, num_envs, device, limit, vectorization_mode=mode)
+
+    return make_env
+
+
+def _gym_config(name: str, env_id: str) -> Callable[[], TrainConfig]:
+    """The defaults of a task stepping Gymnasium id ``env_id``: tuned ones, or
+    ``_gym_default``'s."""
+    tuned = _GYM_CONFIGS.get(env_id)
+    return tuned(name) if tuned else _gym_default(name, env_id)
+
+
+def _gym_default(
+    name: str, env_id: str | None = None, num_envs: int = 8, network: str | None = None
+) -> Callable[[], TrainConfig]:
+    """``num_envs`` envs x 128 steps, 100 iterations; ``network``, or the one that fits the
+    observations of ``env_id`` when given (``gym.default_network``: nature-cnn for images,
+    multi-input for Dicts with images, mlp)."""
 
     def make() -> TrainConfig:
-        cfg = _config(name, num_envs=8, num_steps=128, max_iterations=100)()
-        if env_id is None:
-            return cfg
-        from distrl.envs.gym import default_network
+        cfg = _config(name, num_envs=num_envs, num_steps=128, max_iterations=100)()
+        chosen = network
+        if env_id is not None:
+            from distrl.envs.gym import default_network
 
-        network = default_network(env_id)
-        if network == cfg.policy.network:
+            chosen = default_network(env_id)
+        if chosen is None or chosen == cfg.policy.network:
             return cfg
-        return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, network=network))
+        return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, network=chosen))
 
     return make
 
@@ -620,7 +648,7 @@ def register_task(
     name: str,
     make_env: Callable[[int, torch.device, int | None], VecEnv] | None = None,
     *,
-    gym: Callable[..., Any] | None = None,
+    gym: Any = None,
     default_config: TrainConfig | None = None,
     description: str = "",
     max_episode_steps: int | None = None,
@@ -632,8 +660,14 @@ def register_task(
     Give exactly one of:
       make_env: ``make_env(num_envs, device, max_episode_steps) -> VecEnv``, a batched torch env
           (the contract is in ``distrl.envs.core``; ``distrl.check_env`` tests one);
-      gym: a factory of one Gymnasium env (``gym() -> gymnasium.Env``, Box observations,
-          Discrete or 1-D Box actions); distrl steps ``num_envs`` copies in a SyncVectorEnv.
+      gym: a Gymnasium env (the spaces ``distrl.envs.gym`` lists), as one of
+          - a registered id (``"CartPole-v1"``, as task ``gym:CartPole-v1``),
+          - a factory of one env (``gym() -> gymnasium.Env``),
+          - an env instance made by ``gymnasium.make``: copies are made from its ``env.spec``,
+          - a ``gymnasium.vector.VectorEnv`` instance, stepped as it is (``VectorEnvInstance``):
+            its ``num_envs``, no other --env.num-envs;
+          distrl steps ``num_envs`` copies of the first three in a SyncVectorEnv, or an
+          AsyncVectorEnv with --env.vectorization async.
     ``default_config`` is the task's starting config (its ``task`` is set to ``name``); without
     one a torch env starts from TrainConfig's defaults and a Gymnasium one from 8 envs x 128
     steps, as for ``gym:<Id>``. ``max_episode_steps`` is the Gymnasium env's time limit.
@@ -653,11 +687,10 @@ def register_task(
     if (make_env is None) == (gym is None):
         raise ValueError(
             f"register_task({name!r}): give exactly one of make_env= (a batched torch VecEnv "
-            f"factory) or gym= (a factory of one Gymnasium env)"
+            f"factory) or gym= (a Gymnasium env: its id, a factory, an instance or a VectorEnv)"
         )
-    factory = make_env if make_env is not None else gym
-    if not callable(factory):
-        raise ValueError(f"register_task({name!r}): the env factory {factory!r} is not callable")
+    if make_env is not None and not callable(make_env):
+        raise ValueError(f"register_task({name!r}): the env factory {make_env!r} is not callable")
     if default_config is not None and not isinstance(default_config, TrainConfig):
         raise ValueError(
             f"register_task({name!r}): default_config must be a TrainConfig (e.g. from "
@@ -666,50 +699,89 @@ def register_task(
     hooks = tuple(hooks)
     if not all(isinstance(h, Hooks) for h in hooks):
         raise ValueError(f"register_task({name!r}): hooks must be distrl.Hooks instances")
-    config: Callable[[], TrainConfig]
+    parts: dict[str, Any] = {
+        "make_env": make_env,
+        "default_config": lambda: TrainConfig(task=name),
+        "description": f"registered by {getattr(make_env, '__module__', '?')}",
+    }
+    if gym is not None:
+        parts = _gym_parts(name, gym, max_episode_steps)
+        # the env's network (images, Dicts) is found by building one env, once, when the
+        # config is first asked for rather than at registration
+        parts["default_config"] = functools.cache(parts["default_config"])
     if default_config is not None:
         cfg = dataclasses.replace(default_config, task=name)
-        config = lambda: cfg  # noqa: E731 (frozen: sharing one instance is safe)
-    else:
-        cfg = TrainConfig(task=name)
-        config = lambda: cfg  # noqa: E731
-    if gym is not None:
-        make_env, env_id = _gym_factory_env(name, gym, max_episode_steps)
-        if default_config is None:
-            # the env's network (images, Dicts) is found by building one env, once, when the
-            # config is first asked for rather than at registration
-            config = functools.cache(_gym_default(name, env_id))
-    assert make_env is not None
-    task = Task(
-        name=name,
-        description=description or f"registered by {getattr(factory, '__module__', '?')}",
-        make_env=make_env,
-        default_config=config,
-        hooks=hooks,
-    )
+        parts["default_config"] = lambda: cfg  # frozen: sharing one instance is safe
+    if description:
+        parts["description"] = description
+    task = Task(name=name, hooks=hooks, **parts)
     _USER[name] = task
     return task
 
 
-def _gym_factory_env(
-    name: str, factory: Callable[..., Any], max_episode_steps: int | None
-) -> tuple[Callable[[int, torch.device, int | None], VecEnv], str]:
-    """Register ``factory`` with Gymnasium under its own id and step it like ``gym:<Id>``;
-    returns the factory of its VecEnv and the id."""
+def _gym_parts(name: str, gym: Any, max_episode_steps: int | None) -> dict[str, Any]:
+    """The ``Task`` fields of task ``name`` stepping ``gym`` (``register_task``'s ``gym=``)."""
     import gymnasium
 
+    from distrl.envs.gym import VectorEnvInstance, instance_spec, resolve_env_id
+
+    parts: dict[str, Any] = {"gymnasium": True}
+    if isinstance(gym, str):
+        env_id = resolve_env_id(gym.removeprefix(GYM_PREFIX))
+        return parts | {
+            "make_env": _gym_make_env(env_id, max_episode_steps),
+            "default_config": _gym_config(name, env_id),
+            "preflight": functools.partial(_check_spaces, env_id),
+            "description": f"Gymnasium {env_id}",
+        }
+    if isinstance(gym, gymnasium.vector.VectorEnv):
+        if max_episode_steps is not None:
+            raise ValueError(
+                f"register_task({name!r}): max_episode_steps= cannot change the time limit of "
+                f"a VectorEnv instance's envs; wrap them in gymnasium.wrappers.TimeLimit, or pass "
+                f"a factory of one env"
+            )
+        vec = VectorEnvInstance(name, gym)
+        return parts | {
+            "make_env": vec.make_env,
+            "default_config": _gym_default(name, None, vec.num_envs, vec.default_network),
+            "check": vec.check,
+            "description": f"a {vec.kind} of {vec.num_envs} envs, stepped as it is",
+        }
+    registration: dict[str, Any]
+    if isinstance(gym, gymnasium.Env):
+        spec = instance_spec(gym)
+        registration = {
+            "entry_point": spec.entry_point,
+            "kwargs": spec.kwargs,
+            "max_episode_steps": max_episode_steps or spec.max_episode_steps,
+            "additional_wrappers": spec.additional_wrappers,
+            "order_enforce": spec.order_enforce,
+            "disable_env_checker": spec.disable_env_checker,
+            "reward_threshold": spec.reward_threshold,
+            "nondeterministic": spec.nondeterministic,
+        }
+        what = f"copies of a {spec.id} instance (its env.spec)"
+    elif callable(gym):
+        registration = {"entry_point": gym, "max_episode_steps": max_episode_steps}
+        what = f"registered by {getattr(gym, '__module__', '?')}"
+    else:
+        raise ValueError(
+            f"register_task({name!r}): gym= takes a Gymnasium id (e.g. 'CartPole-v1'), a factory "
+            f"of one env, an env made by gymnasium.make, or a gymnasium.vector.VectorEnv; got an "
+            f"object of type {type(gym).__name__}"
+        )
     from distrl.envs.gym import default_network
 
     env_id = f"distrl-user/{''.join(c if c.isalnum() or c in '_.' else '_' for c in name)}"
-    gymnasium.register(env_id, entry_point=factory, max_episode_steps=max_episode_steps)
-    default_network.cache_clear()  # the id may have been registered before with another env
-
-    def make_env(num_envs: int, device: torch.device, max_steps: int | None = None) -> VecEnv:
-        from distrl.envs.gym import GymVecEnv
-
-        return GymVecEnv(env_id, num_envs, device, max_episode_steps=max_steps)
-
-    return make_env, env_id
+    gymnasium.registry.pop(env_id, None)  # registered before with another env: replaced
+    gymnasium.register(env_id, **registration)
+    default_network.cache_clear()
+    return parts | {
+        "make_env": _gym_make_env(env_id),
+        "default_config": _gym_default(name, env_id),
+        "description": what,
+    }
 
 
 def is_user_task(name: str) -> bool:
@@ -766,6 +838,8 @@ def get_task(name: str) -> Task:
         return _EPISODIC[name]
     if name.startswith(GYM_PREFIX):
         return _gym_task(name, _GYM_EXAMPLES.get(name[len(GYM_PREFIX) :]))
+    if _is_gym_id(name):  # "CartPole-v1": task gym:CartPole-v1
+        return get_task(GYM_PREFIX + name)
     known = [*_BUILTINS, *_EPISODIC, *_USER, *(GYM_PREFIX + i for i in _GYM_EXAMPLES)]
     by_lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.4)
@@ -776,6 +850,66 @@ def get_task(name: str) -> Task:
     )
 
 
+def _is_gym_id(name: str) -> bool:
+    """Whether ``name`` is a registered Gymnasium id (or an Atari one, whose refusal says what
+    to install when ale-py is missing)."""
+    import gymnasium
+
+    return name in gymnasium.registry or name.startswith("ALE/")
+
+
+AUTO_PREFIX = "env:"
+"""Tasks ``task_name`` registers for the env objects given to ``distrl.train``."""
+
+
+def task_name(env: Any) -> str:
+    """The task ``distrl.train``/``make_config`` train for ``env``: a task name (or a registered
+    Gymnasium id, e.g. "CartPole-v1") as it is; an env that ``gymnasium.make(id)`` made, with
+    nothing changed: ``gym:<id>``; any other ``register_task(gym=)`` takes (an env instance,
+    a ``gymnasium.vector.VectorEnv``, a factory of one env): registered as task ``env:<what>``,
+    replacing the one registered before under that name."""
+    if isinstance(env, str):
+        return env
+    import gymnasium
+
+    from distrl.envs.gym import instance_spec, registered_id
+
+    if isinstance(env, gymnasium.Env):
+        spec = instance_spec(env)
+        plain = registered_id(spec)
+        if plain is not None:
+            return GYM_PREFIX + plain
+        what = spec.id
+    elif isinstance(env, gymnasium.vector.VectorEnv):
+        vector_spec = getattr(env, "spec", None)
+        what = vector_spec.id if vector_spec is not None else type(env.unwrapped).__name__
+    elif callable(env):
+        what = getattr(env, "__name__", type(env).__name__).strip("<>")
+    else:
+        raise ValueError(
+            f"distrl.train takes a TrainConfig, a task name, a Gymnasium id (e.g. "
+            f"'CartPole-v1'), a gymnasium.Env, a gymnasium.vector.VectorEnv or a factory of one "
+            f"env; got an object of type {type(env).__name__}"
+        )
+    name = AUTO_PREFIX + what
+    register_task(name, gym=env, replace=True)
+    return name
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Refuse a config that task ``cfg.task`` cannot train, naming the fix (``Task.check``;
+    --env.vectorization async on a task that steps no Gymnasium envs)."""
+    task = get_task(cfg.task)
+    if cfg.env.vectorization != "sync" and not task.gymnasium:
+        raise ValueError(
+            f"--env.vectorization {cfg.env.vectorization} runs Gymnasium envs in subprocesses, "
+            f"and task {cfg.task!r} steps batched torch envs itself; leave it at sync (a "
+            f"Gymnasium task takes it: gym:<Id>, register_task(name, gym=...))"
+        )
+    if task.check is not None:
+        task.check(cfg)
+
+
 def default_config(name: str) -> TrainConfig:
     """A fresh default TrainConfig for task ``name`` (with ``task`` set)."""
     return get_task(name).default_config()
@@ -784,4 +918,7 @@ def default_config(name: str) -> TrainConfig:
 def make_env(cfg: TrainConfig, device: torch.device | str) -> VecEnv:
     """Build ``cfg.task``'s VecEnv with ``cfg.env.num_envs`` envs on ``device``."""
     task = get_task(cfg.task)
-    return task.make_env(cfg.env.num_envs, torch.device(device), cfg.env.max_episode_steps)
+    args = (cfg.env.num_envs, torch.device(device), cfg.env.max_episode_steps)
+    if task.gymnasium:
+        return task.make_env(*args, vectorization=cfg.env.vectorization)
+    return task.make_env(*args)

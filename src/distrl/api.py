@@ -292,7 +292,7 @@ def train(
 def _launch(cfg: TrainConfig) -> TrainResult:
     """``nproc`` ranks of ``distrl train --config`` under torchrun, for a built-in task."""
     from distrl import args, interrupts
-    from distrl.distributed import launch
+    from distrl.distributed import strategies
     from distrl.envs.registry import is_user_task
 
     if is_user_task(cfg.task) or cfg.policy.network != "mlp":
@@ -309,7 +309,7 @@ def _launch(cfg: TrainConfig) -> TrainResult:
         # --config drops resume: pass it on; with restarts a restart continues, not starts over
         if cfg.resume is not None or cfg.max_restarts > 0:
             argv += ["--resume", cfg.resume or "auto"]
-        start = launch.launcher(cfg.dist.strategy)
+        start = strategies.launcher(cfg.dist.strategy)
         code = start(cfg.nproc, cfg.max_restarts, argv, cfg.stop_timeout, str(run_dir))
     # Ctrl-C or SIGTERM: the ranks stopped and saved (distrl.interrupts); say so, as one process
     interrupted = {interrupts.exit_code(s.name): s.name for s in interrupts.SIGNALS}.get(code)

@@ -57,7 +57,7 @@ def _fail(msg: str, code: int = 2) -> int:
 
 def train_main(argv: list[str] | None = None) -> int:
     from distrl import session
-    from distrl.distributed import launch
+    from distrl.distributed import launch, strategies
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -73,7 +73,7 @@ def train_main(argv: list[str] | None = None) -> int:
         args = ["train", *args, "--distributed", "True", "--run-dir", run_dir]
         if cfg.max_restarts > 0 and cfg.resume is None:  # a restart continues, not starts over
             args += ["--resume", "auto"]
-        start = launch.launcher(cfg.dist.strategy)
+        start = strategies.launcher(cfg.dist.strategy)
         return start(cfg.nproc, cfg.max_restarts, args, cfg.stop_timeout, run_dir, IMPORTED)
     if not launch.under_torchrun():
         final = session.run_training(cfg)

@@ -226,10 +226,7 @@ def init(cfg: TrainConfig) -> DistContext:
         if backend == "auto":
             backend = "nccl" if device.type == "cuda" else "gloo"
         liveness.store_is_back()  # a new process group, a new store (this process may run again)
-        if os.environ.get("DISTRL_ELASTIC"):  # started by the elastic launcher
-            from distrl.distributed import elastic
-
-            elastic.enter_run(rank, world, cfg.dist.timeout, backend)
+        if os.environ.get("DISTRL_ELASTIC"):  # the elastic launcher's: its strategy joins
             return DistContext(rank, local_rank, world, local_world, device, backend)
         if not dist.is_initialized():
             from distrl.distributed.launch import loopback_store

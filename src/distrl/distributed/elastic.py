@@ -492,8 +492,8 @@ _membership: Membership | None = None
 
 
 def enter_run(slot: int, slots: int, timeout: float, backend: str) -> None:
-    """This process joins the run (``distributed.context.init`` under the elastic launcher):
-    at the start with every slot, or, as a replacement, at the next iteration boundary."""
+    """This process joins the run (``build``, in a rank the elastic launcher started): at the
+    start with every slot, or, as a replacement, at the next iteration boundary."""
     global _membership
     if backend != "gloo":
         raise ValueError(
@@ -506,6 +506,8 @@ def enter_run(slot: int, slots: int, timeout: float, backend: str) -> None:
 
 def build(ctx: DistContext, cfg: Any) -> ElasticAllReduce:
     """The strategy of a rank the elastic launcher started (``STRATEGIES['elastic']``)."""
+    if _membership is None and os.environ.get(STORE_ENV):  # the elastic launcher's rank
+        enter_run(ctx.rank, ctx.world_size, cfg.dist.timeout, ctx.backend or "gloo")
     if _membership is None:
         raise ValueError(
             "--dist.strategy elastic starts its own rank processes: run it with distrl train "

@@ -23,14 +23,13 @@ ends in its exit code rather than its traceback.
 from __future__ import annotations
 
 import datetime
-import importlib
 import ipaddress
 import math
 import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from distrl import interrupts
@@ -222,17 +221,6 @@ def launch(
         return interrupts.supervise(cmd, launch_env(nproc), stop_timeout, run_dir, modules)
     finally:
         del store
-
-
-def launcher(strategy: str) -> Callable[..., int]:
-    """What starts the ranks of ``distrl train --nproc N`` under ``strategy``: torchrun
-    (``launch``), or the strategy's own launcher (``StrategySpec.launcher``: elastic starts its
-    rank processes itself, since torchrun's agent restarts every rank when one dies)."""
-    from distrl.distributed.strategies import strategy_spec
-
-    module = strategy_spec(strategy).launcher
-    start: Callable[..., int] = importlib.import_module(module).launch if module else launch
-    return start
 
 
 def main() -> int:

@@ -16,6 +16,7 @@ again inside each rank.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -198,6 +199,16 @@ def check_strategy(cfg: TrainConfig, world_size: int) -> None:
     need = spec.min_world(cfg.dist)
     if world_size < need:
         raise ValueError(spec.too_few(cfg.dist, world_size))
+
+
+def launcher(strategy: str) -> Callable[..., int]:
+    """What starts the ranks of ``distrl train --nproc N`` under ``strategy``: torchrun
+    (``launch.launch``), or the strategy's own launcher (``StrategySpec.launcher``: elastic
+    starts its rank processes itself, since torchrun's agent restarts every rank when one
+    dies)."""
+    module = strategy_spec(strategy).launcher or "distrl.distributed.launch"
+    start: Callable[..., int] = importlib.import_module(module).launch
+    return start
 
 
 def make_strategy(cfg: TrainConfig, ctx: DistContext) -> Strategy:

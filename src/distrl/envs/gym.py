@@ -583,8 +583,6 @@ class VectorEnvInstance:
 
     def check(self, cfg: Any) -> None:
         """Refuse what ``cfg`` (a TrainConfig) asks of the instance and it cannot do."""
-        from distrl.distributed.launch import under_torchrun
-
         e, problems = cfg.env, []
         if e.num_envs != self.num_envs:
             problems.append(
@@ -606,7 +604,8 @@ class VectorEnvInstance:
             )
         if cfg.eval.interval > 0 and self.env_fns is None:
             problems.append(f"--eval.interval {cfg.eval.interval}: {self._copies_refused()}")
-        if cfg.nproc > 1 and not under_torchrun():
+        # (a rank under torchrun always has nproc 1: the launcher strips --nproc)
+        if cfg.nproc > 1:
             problems.append(
                 f"nproc={cfg.nproc} starts fresh processes, and a {self.kind} instance cannot "
                 f"travel to them; pass a factory of one env (distrl.train(lambda: "

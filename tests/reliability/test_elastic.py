@@ -123,6 +123,22 @@ def test_without_replacements_the_survivors_finish_alone(tmp_path):
     assert_exact_env_steps(recs)
 
 
+@pytest.mark.long
+@pytest.mark.timeout(240)
+def test_the_same_failure_at_the_same_iteration_gives_the_same_run(tmp_path):
+    """Random streams are fixed by the seed and the membership history: two runs that lose
+    slot 2 at iteration 5 hold the same parameters after every iteration."""
+    runs = []
+    for i in range(2):
+        where = tmp_path / str(i)
+        where.mkdir()
+        code, out = finish(elastic_train(where, "2:5:KILL", 12), 100)
+        assert code == 0, out[-4000:]
+        hashes = assert_replicas_identical(where)
+        runs.append([sorted(set(hashes[it].values())) for it in sorted(hashes)])
+    assert runs[0] == runs[1]
+
+
 def test_elastic_outside_its_launcher_is_refused_naming_the_command():
     cfg = dataclasses.replace(TrainConfig(), dist=DistConfig(strategy="elastic"))
     ctx = DistContext(0, 0, 2, 2, torch.device("cpu"), "gloo")

@@ -258,12 +258,38 @@ class Membership:
         return len(self.members) - before
 
     # ---- failures ---------------------------------------------------------------------------
+    def wait(self, work: Any) -> None:
+        """Wait for one collective of this epoch, watching the store: when another member
+        has already found the epoch broken (``el/<e>/broken``), or a member's beat is stale,
+        raise at once instead of waiting for Gloo's timeout (a dead peer's ring neighbours
+        fail at once; the others would otherwise block on a live neighbour until then)."""
+        broken = f"el/{self.epoch}/broken"
+        t0 = time.monotonic()
+        next_check, nap = t0 + 0.05, 0.0
+        while not work.is_completed():
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + 0.05
+                if self.store.check([broken]):
+                    raise RuntimeError(f"epoch {self.epoch}: another member found a peer lost")
+                if now - t0 > STALE:
+                    stale = [m for m in self.members if m != self.me and self.stalled(m)]
+                    if stale:
+                        raise RuntimeError(
+                            f"epoch {self.epoch}: no beat from {', '.join(map(str, stale))} "
+                            f"for {STALE:g} s (slot:pid)"
+                        )
+            time.sleep(nap)
+            nap = min(1e-3, nap + 1e-4)
+        work.wait()  # raises the backend's error, if it failed
+
     def regroup(self, committed: int) -> tuple[int, list[Member]]:
         """After a failed collective: vote with the iteration this rank holds, agree on the
         survivors, form their group. Returns the index (in the new group) of the member whose
         state everyone takes, and the members left out."""
         self._drop_group()
         e = self.epoch
+        self.store.set(f"el/{e}/broken", "1")  # the others stop waiting on their collectives
         self.store.set(f"el/{e}/vote/{self.slot}", f"{self.me.pid} {committed}")
         key = f"el/{e + 1}/members"
         # a live survivor may learn of the failure only when its own collective times out
@@ -346,6 +372,16 @@ class ElasticAllReduce(AllReduceStrategy):
 
     def heartbeat(self, iteration: int) -> None:
         """Nothing: the membership store knows who is in."""
+
+    def _timed(self, fn: Any, *args: Any, sync: bool = True, **kwargs: Any) -> Any:
+        """Tensor collectives run asynchronously and are waited on by ``Membership.wait``
+        (which gives up as soon as the epoch is known broken); object collectives as usual."""
+        if fn in _WATCHED:
+            return super()._timed(self._watched, fn, *args, sync=sync, **kwargs)
+        return super()._timed(fn, *args, sync=sync, **kwargs)
+
+    def _watched(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        self.membership.wait(fn(*args, async_op=True, **kwargs))
 
     # ---- the exchange each iteration already makes ------------------------------------------
     def reduce_stats(
@@ -489,6 +525,7 @@ def _restore(runner: Runner, state: dict[str, Any]) -> None:
 
 
 _membership: Membership | None = None
+_WATCHED = (dist.all_reduce, dist.all_gather, dist.broadcast, dist.barrier)
 
 
 def enter_run(slot: int, slots: int, timeout: float, backend: str) -> None:

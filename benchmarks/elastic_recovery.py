@@ -11,6 +11,7 @@ times, and the medians are printed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DISTRL = Path(sys.executable).with_name("distrl")
 
 
-def run(kind: str, iterations: int, workdir: Path) -> float:
+def run(kind: str, iterations: int, workdir: Path) -> tuple[float, float]:
+    """(launcher wall time, median time/iteration of the run's records) of one run."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     run_dir = workdir / f"{kind}-{time.monotonic_ns()}"
     common = ["--nproc", "4", "--agent.max-iterations", str(iterations), "--progress", "False"]
@@ -52,7 +54,9 @@ def run(kind: str, iterations: int, workdir: Path) -> float:
         raise SystemExit(
             f"{kind} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
         )
-    return wall
+    records = (run_dir / "metrics.jsonl").read_text().splitlines()
+    per_iteration = statistics.median(json.loads(r)["time/iteration"] for r in records)
+    return wall, per_iteration
 
 
 def main() -> None:
@@ -62,14 +66,26 @@ def main() -> None:
     a = ap.parse_args()
     kinds = ["allreduce", "elastic", "allreduce+kill", "elastic+kill"]
     times: dict[str, list[float]] = {k: [] for k in kinds}
+    steady: dict[str, list[float]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
             for k in kinds:
-                times[k].append(run(k, a.iterations, Path(tmp)))
-                print(f"round {r + 1} {k:15s} {times[k][-1]:6.2f} s", flush=True)
+                wall, per_iteration = run(k, a.iterations, Path(tmp))
+                times[k].append(wall)
+                steady[k].append(per_iteration)
+                print(
+                    f"round {r + 1} {k:15s} {wall:6.2f} s, median iteration "
+                    f"{1e3 * per_iteration:.1f} ms",
+                    flush=True,
+                )
     med = {k: statistics.median(v) for k, v in times.items()}
+    it = {k: statistics.median(v) for k, v in steady.items()}
+    print(
+        f"median iteration (ms): allreduce {1e3 * it['allreduce']:.1f}, elastic "
+        f"{1e3 * it['elastic']:.1f} ({100 * (it['elastic'] / it['allreduce'] - 1):+.1f} %)"
+    )
     print(f"\nmedians of {a.rounds} (s): " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
-    print(f"no-failure overhead of elastic: {100 * (med['elastic'] / med['allreduce'] - 1):+.1f} %")
+    print(f"no failure, whole run: elastic {100 * (med['elastic'] / med['allreduce'] - 1):+.1f} %")
     print(
         f"time lost to one failure: allreduce (torchrun restart + resume) "
         f"{med['allreduce+kill'] - med['allreduce']:.2f} s, elastic "

@@ -68,8 +68,58 @@ def test_video_is_one_episode_with_the_evaluated_return(task, tmp_path, capsys):
     assert m.group(3) == f"{float(returns[0]):.2f}"
 
 
+@pytest.mark.parametrize("task", ["cartpole", "acrobot", "pendulum", "minatar-breakout"])
+def test_built_in_torch_tasks_are_filmed(task, tmp_path, capsys, monkeypatch):
+    """The built-in envs draw themselves (``render_rgb``, numpy): one episode, one frame per
+    step at the env's rate, the printed return that of the same seed without rendering."""
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    run_dir, video = tmp_path / "run", tmp_path / "episode.mp4"
+    code, out, err = run_main(
+        ["train", task, *tiny_train_args(4, num_steps=16, num_epochs=1, num_minibatches=2)]
+        + ["--agent.max-iterations", "1", "--env.max-episode-steps", "12"]
+        + ["--run-dir", str(run_dir)],
+        capsys,
+    )
+    assert code == 0, out + err
+    code, out, err = run_main(["play", str(run_dir), "--video", str(video), "--seed", "3"], capsys)
+    assert code == 0, out + err
+    m = re.search(r"video \S+, (\d+) frames at ([\d.]+) fps, return (-?[\d.]+)", out)
+    assert m, out
+    frames, _ = imageio_ffmpeg.count_frames_and_secs(str(video))
+    assert frames == int(m.group(1)) and 1 <= frames <= 12
+    returns = play(PlayArgs(str(run_dir), episodes=1, num_envs=1, seed=3))
+    assert m.group(3) == f"{float(returns[0]):.2f}"
+
+
+def test_the_pictures_follow_the_state():
+    import numpy as np
+    import torch
+
+    from distrl.envs.registry import get_task
+
+    cart = get_task("cartpole").make_env(1, torch.device("cpu"), None)
+    cart.reset(seed=0)
+    columns = []
+    for x in (-1.0, 1.0):
+        cart.state[0] = torch.tensor([x, 0.0, 0.0, 0.0], dtype=cart.state.dtype)
+        black = np.argwhere((cart.render_rgb()[260:300] == 0).all(axis=2))
+        columns.append(black[:, 1].mean())
+    assert columns[1] - columns[0] == pytest.approx(2 * 125, abs=2)  # 125 px per unit
+    pendulum = get_task("pendulum").make_env(1, torch.device("cpu"), None)
+    pendulum.reset(seed=0)
+    rows = []
+    for th in (0.0, np.pi):  # upright, then hanging
+        pendulum.state[0, 0] = th
+        red = np.argwhere((pendulum.render_rgb() == (204, 77, 77)).all(axis=2))
+        rows.append(red[:, 0].mean())
+    assert rows[0] < 250 < rows[1]
+
+
 def test_tasks_without_a_renderer_are_refused_by_name(tmp_path, capsys, monkeypatch):
+    from distrl.envs.cartpole import CartPole
+
     monkeypatch.delenv("MUJOCO_GL", raising=False)  # play sets it; restored after the test
+    monkeypatch.delattr(CartPole, "render_rgb")  # as a task without a renderer
     run_dir = tmp_path / "run"
     code, out, err = run_main(
         ["train", "cartpole", *tiny_train_args(4), "--agent.max-iterations", "1"]

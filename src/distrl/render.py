@@ -1,7 +1,9 @@
 """Offscreen frames of one env, written to an mp4: what ``distrl play RUN --video out.mp4`` uses.
 
-Two kinds of task render:
+Three kinds of task render:
 
+* the built-in torch envs that draw themselves with numpy (``render_rgb``, ``envs/draw.py``):
+  ``cartpole``, ``cartpole-novel``, ``acrobot``, ``pendulum`` and the ``minatar-*`` games;
 * the batched MuJoCo tasks (``halfcheetah``, ``hopper``, ``walker2d``, ``ant``): row 0's
   ``qpos``/``qvel`` are copied into a scratch ``MjData`` and drawn by ``mujoco.Renderer`` at
   Gymnasium's default 480x480, with a camera placed by the task's ``camera`` (Gymnasium v5's
@@ -109,6 +111,22 @@ class MujocoFrames:
         self._renderer.close()  # before interpreter exit, where EGL teardown would raise
 
 
+class TorchFrames:
+    """Row 0 of a built-in torch env that draws itself (``render_rgb``: cartpole, acrobot,
+    pendulum, the MinAtar games), at the env's own rate (``render_fps``)."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.fps = float(env.render_fps)
+
+    def render(self) -> np.ndarray:
+        frame: np.ndarray = self.env.render_rgb()
+        return frame
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
 class GymFrames:
     """Frames of sub-env 0 of a ``GymVecEnv`` built with ``render_mode="rgb_array"``."""
 
@@ -172,6 +190,8 @@ def make_video_env(
         gym_env = GymVecEnv(env_id, 1, device, max_episode_steps, render_mode="rgb_array")
         return gym_env, GymFrames(gym_env)
     env = get_task(task).make_env(1, device, max_episode_steps)
+    if hasattr(env, "render_rgb"):
+        return env, TorchFrames(env)
     if _is_mujoco(env):
         try:
             return env, MujocoFrames(env)
@@ -180,9 +200,9 @@ def make_video_env(
             raise
     env.close()
     raise ValueError(
-        f"task {task!r} has no renderer, so --video cannot record it; videos work for the MuJoCo "
-        f"tasks halfcheetah, hopper, walker2d and ant, and for gym:<Id> tasks whose Gymnasium env "
-        f"renders rgb_array (e.g. gym:CartPole-v1 or gym:Pendulum-v1: train one to record it)"
+        f"task {task!r} has no renderer, so --video cannot record it; videos work for cartpole, "
+        f"cartpole-novel, acrobot, pendulum, the minatar-* games, the MuJoCo tasks halfcheetah, "
+        f"hopper, walker2d and ant, and gym:<Id> tasks whose Gymnasium env renders rgb_array"
     )
 
 

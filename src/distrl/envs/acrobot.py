@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
+from distrl.envs import draw
 from distrl.envs.core import ActionSpace
 from distrl.envs.torch_vec import TorchVecEnv
 
@@ -109,6 +111,23 @@ class Acrobot(TorchVecEnv):
         terminated = -torch.cos(t1) - torch.cos(t2 + t1) > 1.0
         reward = terminated.to(torch.float32) - 1.0  # -1 per step, 0 on reaching the goal
         return next_state, reward, terminated
+
+    render_fps = 5  # 1 / dt
+
+    def render_rgb(self) -> np.ndarray:
+        """Row 0 as Gymnasium draws it (500x500: two links from the pivot, the goal line)."""
+        t1, t2 = self.state[0, :2].tolist()
+        img = draw.canvas(500, 500)
+        scale = 500 / (2 * 2.2)
+        goal_y = 250 - 1.0 * scale
+        draw.box(img, 0, goal_y, 500, goal_y + 1, draw.BLACK)
+        p0 = (250.0, 250.0)
+        p1 = (250 + math.sin(t1) * scale, 250 + math.cos(t1) * scale)
+        p2 = (p1[0] + math.sin(t1 + t2) * scale, p1[1] + math.cos(t1 + t2) * scale)
+        for a, b in ((p0, p1), (p1, p2)):
+            draw.segment(img, a, b, 5, (0, 204, 204))
+            draw.segment(img, a, a, 5, (204, 204, 0))
+        return img
 
 
 def _wrap(x: torch.Tensor, low: float, high: float) -> torch.Tensor:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
+from distrl.envs import draw
 from distrl.envs.core import ActionSpace
 from distrl.envs.torch_vec import TorchVecEnv
 
@@ -79,6 +81,22 @@ class CartPole(TorchVecEnv):
         terminated |= next_state[:, 2].abs() > self.theta_threshold_radians
         reward = torch.ones(self.num_envs, device=self.device)
         return next_state, reward, terminated
+
+    render_fps = 50  # 1 / tau
+
+    def render_rgb(self) -> np.ndarray:
+        """Row 0 as Gymnasium draws it (600x400: the track, the cart, the pole)."""
+        x, _, theta, _ = self.state[0].tolist()
+        img = draw.canvas(400, 600)
+        scale = 600 / (2 * self.x_threshold)
+        cart_x, axle_y = 300 + x * scale, 300 - 15
+        draw.box(img, 0, 300, 600, 301, draw.BLACK)  # the track
+        draw.box(img, cart_x - 25, 300 - 30, cart_x + 25, 300, draw.BLACK)
+        tip = (cart_x + math.sin(theta) * 2 * self.length * scale,
+               axle_y - math.cos(theta) * 2 * self.length * scale)  # fmt: skip
+        draw.segment(img, (cart_x, axle_y), tip, 5, (202, 152, 101))
+        draw.segment(img, (cart_x, axle_y), (cart_x, axle_y), 5, (129, 132, 203))
+        return img
 
 
 class CartPoleNoVelocity(CartPole):

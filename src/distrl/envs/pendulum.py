@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
+from distrl.envs import draw
 from distrl.envs.core import ActionSpace
 from distrl.envs.torch_vec import TorchVecEnv
 
@@ -66,6 +68,18 @@ class Pendulum(TorchVecEnv):
         next_state = torch.stack((newth, newthdot), dim=1)
         terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         return next_state, costs.neg_(), terminated
+
+    render_fps = 20  # 1 / dt
+
+    def render_rgb(self) -> np.ndarray:
+        """Row 0 as Gymnasium draws it (500x500: the rod from the pivot; 0 is upright)."""
+        th = float(self.state[0, 0])
+        img = draw.canvas(500, 500)
+        scale = 500 / (2 * 2.2)
+        tip = (250 - math.sin(th) * scale, 250 - math.cos(th) * scale)
+        draw.segment(img, (250.0, 250.0), tip, 0.1 * scale, (204, 77, 77))
+        draw.segment(img, (250.0, 250.0), (250.0, 250.0), 0.05 * scale, draw.BLACK)
+        return img
 
 
 def _angle_normalize(x: torch.Tensor) -> torch.Tensor:

@@ -16,8 +16,10 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any
 
+import numpy as np
 import torch
 
+from distrl.envs import draw
 from distrl.envs.core import ActionSpace, VecEnv, check_saved_shape
 
 State = dict[str, torch.Tensor]
@@ -93,6 +95,14 @@ def cell_bits(rows: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Ten
 def bit_at(grid: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Whether cell (y[i], x[i]) of bit-row grid [N, 10] row i is set (bool [N])."""
     return ((grid.gather(1, y.unsqueeze(1)).squeeze(1) >> x) & 1).bool()
+
+
+_PALETTE = np.array(
+    [(228, 26, 28), (55, 126, 184), (77, 175, 74), (152, 78, 163), (255, 127, 0),
+     (255, 255, 51), (166, 86, 40), (247, 129, 191), (153, 153, 153), (0, 206, 209)],
+    dtype=np.uint8,
+)  # fmt: skip
+"""One colour per observation channel (ColorBrewer's Set1, then two more)."""
 
 
 class Bits:
@@ -297,3 +307,10 @@ class MinAtarEnv(VecEnv):
         self.total_steps = int(state["total_steps"])
         self.max_episode_steps = int(state["max_episode_steps"])
         self.generator.set_state(state["rng"])
+
+    render_fps = 10
+
+    def render_rgb(self) -> np.ndarray:
+        """Row 0's grid, each cell in the colour of its last set channel, 16 px a cell."""
+        cells = self.observe(self.state)[0].view(len(self.channels), 10, 10).cpu().numpy()
+        return draw.grid(cells, _PALETTE[: len(self.channels)], 16)

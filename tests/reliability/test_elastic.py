@@ -24,7 +24,8 @@ import torch
 from distrl.config import DistConfig, TrainConfig
 from distrl.distributed import strategies
 from distrl.distributed.context import DistContext
-from tests.helpers import BIN, QUIET
+from tests.distributed.workers import run_cli
+from tests.helpers import BIN, QUIET, assert_same, final_state, tiny_train_args
 
 pytestmark = pytest.mark.slow
 
@@ -195,3 +196,28 @@ def slot_pids(launcher: int) -> dict[int, int]:
             if item.startswith(b"RANK="):
                 out[int(item[5:])] = pid
     return out
+
+
+@pytest.mark.timeout(240)
+def test_a_whole_job_restart_resumes_bitwise(tmp_path):
+    """Checkpoints work as under allreduce: 2 + 2 iterations with a restart of the whole job
+    in between (--resume auto) end where 4 uninterrupted ones do, every rank's state too."""
+
+    def train(run_dir: Path, iterations: int, *extra: str) -> str:
+        cmd = [str(BIN / "distrl"), "train", "cartpole", "--nproc", "2", "--dist.strategy",
+               "elastic", "--agent.max-iterations", str(iterations), "--run-dir", str(run_dir),
+               *tiny_train_args(16, save_interval=2), *extra]  # fmt: skip
+        code, out, err, _ = run_cli(cmd, timeout=100)
+        assert code == 0, out + err
+        return out
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    train(a, 4)
+    train(b, 2)
+    assert "resume: loaded" in train(b, 4, "--resume", "auto")
+    full, resumed = final_state(a, 4, world_size=2), final_state(b, 4, world_size=2)
+    assert_same(resumed["policy"], full["policy"], "policy")
+    assert_same(resumed["ppo"], full["ppo"], "ppo")
+    for r in range(2):
+        assert_same(resumed["ranks"][r]["env"], full["ranks"][r]["env"], f"ranks[{r}].env")
+        assert torch.equal(resumed["ranks"][r]["obs"], full["ranks"][r]["obs"])

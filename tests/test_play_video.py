@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from distrl.play import PlayArgs, play
+from distrl.telemetry import read_metrics
 from tests.helpers import run_main, tiny_train_args
 
 imageio_ffmpeg = pytest.importorskip(
@@ -136,3 +137,27 @@ def test_tasks_without_a_renderer_are_refused_by_name(tmp_path, capsys, monkeypa
     assert code == 2 and "one episode" in err
     code, _, err = run_main(["play", str(run_dir), "--video", "v.gif"], capsys)
     assert code == 2 and ".mp4" in err
+
+
+def test_training_films_an_episode_every_video_interval(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    code, out, err = run_main(
+        ["train", "cartpole", *tiny_train_args(4, num_steps=16, num_epochs=1, num_minibatches=2)]
+        + ["--agent.max-iterations", "3", "--env.max-episode-steps", "20"]
+        + ["--eval.video-interval", "2", "--run-dir", str(run_dir)],
+        capsys,
+    )
+    assert code == 0, out + err
+    videos = sorted((run_dir / "videos").glob("*.mp4"))
+    assert [v.name for v in videos] == ["iteration_00000002.mp4", "iteration_00000003.mp4"]
+    filmed = [r for r in read_metrics(run_dir) if "eval/video" in r]
+    assert [r["iteration"] for r in filmed] == [2, 3]
+    for r, v in zip(filmed, videos, strict=True):
+        assert r["eval/video"] == str(v)
+        frames, _ = imageio_ffmpeg.count_frames_and_secs(str(v))
+        assert frames == r["eval/video_return"]  # cartpole: +1 a step, one frame a step
+
+
+def test_video_interval_is_refused_before_start_where_it_could_not_film(tmp_path, capsys):
+    code, _, err = run_main(["train", "reach10", "--eval.video-interval", "5"], capsys)
+    assert code == 2 and "'reach10' has no renderer" in err and "--eval.video-interval" in err

@@ -223,6 +223,10 @@ class EvalConfig:
     """Episodic suites: the evaluation episodes' time limit (None: --env.max-episode-steps,
     the training one). A run trained on a shorter horizon is scored on the suite's own with
     e.g. 500 (Meta-World's)."""
+    video_interval: int = 0
+    """Film one deterministic episode (env seed --eval.seed) every this many iterations and
+    after the last, on the main rank, to RUN/videos/iteration_<k>.mp4 (0: never; needs the
+    video extra and a task that renders, as distrl play --video)."""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -142,6 +143,26 @@ def task_env(cfg: TrainConfig, num_envs: int, device: torch.device | str) -> Vec
 
     env_cfg = dataclasses.replace(cfg.env, num_envs=num_envs)
     return make_env(dataclasses.replace(cfg, env=env_cfg), torch.device(device))
+
+
+def film(
+    task: str,
+    max_episode_steps: int | None,
+    device: torch.device,
+    policy_for: Callable[[VecEnv], ActorCritic],
+    path: str | Path,
+    seed: int,
+) -> tuple[int, float, float]:
+    """One deterministic episode of one env of ``task``, seeded ``seed``, rendered to the mp4
+    ``path`` (``distrl.render``): (frames, fps, return). ``policy_for(env)`` gives the policy;
+    the return is the one ``evaluate`` gives that env and seed (a frame is only read)."""
+    from distrl import render
+
+    env, frames = render.make_video_env(task, max_episode_steps, device)
+    with closing(env), closing(frames), closing(render.Mp4Writer(path, frames.fps)) as out:
+        policy = policy_for(env)
+        returns = evaluate(policy, env, 1, seed, lambda: out.write(frames.render())).returns
+    return out.frames, frames.fps, float(returns[0])
 
 
 @dataclass(frozen=True)

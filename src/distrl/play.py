@@ -17,7 +17,7 @@ import tyro
 
 from distrl.config import TrainConfig
 from distrl.envs.registry import get_task
-from distrl.evaluation import evaluate, evaluate_suite, suite_table, task_env
+from distrl.evaluation import evaluate, evaluate_suite, film, suite_table, task_env
 from distrl.rundir import load, make_policy
 
 
@@ -137,13 +137,16 @@ def record(args: PlayArgs, video: str) -> torch.Tensor:
     render.headless_gl()  # before anything imports mujoco
     device = torch.device(args.device)
     cfg, state, path, manifest = load(args.path, device)
-    env, frames = render.make_video_env(cfg.task, cfg.env.max_episode_steps, device)
-    with closing(env), closing(frames), closing(render.Mp4Writer(video, frames.fps)) as out:
-        policy = make_policy(env, cfg, state)
-        returns = evaluate(policy, env, 1, args.seed, lambda: out.write(frames.render())).returns
-    print(
-        f"{cfg.task}: video {video}, {out.frames} frames at {frames.fps:g} fps, "
-        f"return {float(returns[0]):.2f} (seed {args.seed}, checkpoint {path}, "
-        f"iteration {manifest['iteration']})"
+    n, fps, ret = film(
+        cfg.task,
+        cfg.env.max_episode_steps,
+        device,
+        lambda env: make_policy(env, cfg, state),
+        video,
+        args.seed,
     )
-    return returns
+    print(
+        f"{cfg.task}: video {video}, {n} frames at {fps:g} fps, return {ret:.2f} (seed "
+        f"{args.seed}, checkpoint {path}, iteration {manifest['iteration']})"
+    )
+    return torch.tensor([ret])

@@ -199,11 +199,35 @@ def make_video_env(
             env.close()
             raise
     env.close()
-    raise ValueError(
+    raise ValueError(_no_renderer(task))
+
+
+def _no_renderer(task: str) -> str:
+    return (
         f"task {task!r} has no renderer, so --video cannot record it; videos work for cartpole, "
         f"cartpole-novel, acrobot, pendulum, the minatar-* games, the MuJoCo tasks halfcheetah, "
         f"hopper, walker2d and ant, and gym:<Id> tasks whose Gymnasium env renders rgb_array"
     )
+
+
+def check_filmable(task: str) -> None:
+    """Refuse ``--eval.video-interval`` before a run starts when it could not film: no video
+    extra, or a task without a renderer (one env of it is built and closed to tell)."""
+    import importlib.util
+
+    from distrl.envs.registry import GYM_PREFIX, get_task
+
+    if importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise ValueError(f"--eval.video-interval writes mp4 files: {INSTALL_VIDEO}")
+    if task.startswith(GYM_PREFIX):
+        return  # Gymnasium says at the first video whether its env renders rgb_array
+    env = get_task(task).make_env(1, torch.device("cpu"), None)
+    try:
+        drawn = hasattr(env, "render_rgb") or _is_mujoco(env)
+    finally:
+        env.close()
+    if not drawn:
+        raise ValueError(_no_renderer(task).replace("--video", "--eval.video-interval"))
 
 
 class Mp4Writer:

@@ -67,6 +67,10 @@ def check_before_start(cfg: TrainConfig) -> None:
 
         if importlib.util.find_spec("wandb") is None:
             raise ValueError(WANDB_MISSING)
+    if cfg.eval.video_interval > 0:
+        from distrl.render import check_filmable
+
+        check_filmable(cfg.task)
     if cfg.resume is None and not launch.under_torchrun():
         check_run_dir_free(cfg.run_dir)
     if cfg.run_dir is not None and not launch.under_torchrun():
@@ -157,6 +161,10 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
 
     task = get_task(cfg.task)
     all_hooks = [*task.hooks, *hooks]
+    if cfg.eval.video_interval > 0:  # before anything imports mujoco
+        from distrl.render import headless_gl
+
+        headless_gl()
     ctx = context.init(cfg)
     clean = lost = False
     lock: RunLock | None = None

@@ -407,6 +407,11 @@ class _ActiveTelemetry(Telemetry):
                     self._writer.add_scalar(k, v, global_step=step)
             if self._wandb_run is not None:
                 self._wandb_run.log(scalars, step=step)
+                video = rec.get("eval/video")  # --eval.video-interval: the mp4 itself
+                if isinstance(video, str):
+                    import wandb
+
+                    self._wandb_run.log({"eval/video": wandb.Video(video, format="mp4")}, step=step)
 
         if rec.get("episode_return_mean") is not None:
             self._last_return = rec["episode_return_mean"]

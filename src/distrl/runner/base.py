@@ -34,7 +34,7 @@ from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig, to_dict
 from distrl.distributed.base import Agreed, StatsLayout, Strategy
 from distrl.distributed.context import rank_seed
-from distrl.evaluation import BEST, Evaluator
+from distrl.evaluation import BEST, Evaluator, eval_mode, film, rng_untouched
 from distrl.policy import ActorCritic
 from distrl.runner import roles
 from distrl.runner.collector import Collector, RemoteRollouts
@@ -255,6 +255,8 @@ class Runner(ABC):
         it, the hooks' ``after_iteration`` (False from one asks to stop: ``request_stop``)."""
         if self.strategy.is_main and self.cfg.eval.interval > 0:
             self.evaluate_into(record)
+        if self.strategy.is_main and self.cfg.eval.video_interval > 0:
+            self.film_into(record)
         for h in self.hooks:
             if hasattr(h, "on_record"):  # (hooks that do not subclass Hooks may lack it)
                 h.on_record(self, record)
@@ -301,6 +303,28 @@ class Runner(ABC):
         self.message(text)
         if it >= self.cfg.agent.max_iterations:
             ev.close()
+
+    def film_into(self, record: dict[str, Any]) -> None:
+        """``--eval.video-interval``: film one deterministic episode when due, to
+        RUN/videos/iteration_<k>.mp4; the record gets its path and return (eval/video,
+        eval/video_return)."""
+        it = int(record.get("iteration", self.iteration))
+        every, last = self.cfg.eval.video_interval, self.cfg.agent.max_iterations
+        if self.run_dir is None or (it % every != 0 and it < last):
+            return
+        path = self.run_dir / "videos" / f"iteration_{it:08d}.mp4"
+        device = next(self.policy.parameters()).device
+        with rng_untouched(), eval_mode(self.policy):
+            n, fps, ret = film(
+                self.cfg.task,
+                self.cfg.env.max_episode_steps,
+                device,
+                lambda env: self.policy,
+                path,
+                self.cfg.eval.seed,
+            )
+        record["eval/video"], record["eval/video_return"] = str(path), ret
+        self.message(f"video: iteration {it}, {n} frames at {fps:g} fps, return {ret:.2f}: {path}")
 
     # ---- checkpoints -----------------------------------------------------------------------
     def checkpoint_due(self) -> bool:

@@ -15,18 +15,23 @@ checkout's editable install (an ``__editable__`` finder there) stays out of the 
 test asserts ``distrl.__file__`` is inside it. pip runs from that path too (the venv is made
 ``--without-pip``; ensurepip's bundled setuptools would be older than the build needs), and
 installs into the venv whose Python runs it.
+
+And one install recipe everywhere: the error hints, `distrl list`, the README and
+docs/troubleshooting.md all give ``distrl.install``'s command (distrl is not on PyPI).
 """
 
 from __future__ import annotations
 
 import email
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tarfile
 import time
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
@@ -34,10 +39,9 @@ from pathlib import Path
 import pytest
 
 import distrl
+from distrl.install import TORCH_CPU_INDEX, pip_install
 
 ROOT = Path(__file__).resolve().parents[1]
-
-pytestmark = pytest.mark.slow
 
 
 def _git_files(*paths: str) -> list[str]:
@@ -51,6 +55,29 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, **kw)
     assert r.returncode == 0, f"{' '.join(map(str, cmd))} exited {r.returncode}:\n{r.stderr}"
     return r
+
+
+def test_one_install_recipe_everywhere():
+    """README and troubleshooting give the recipe, name every extra pyproject has and the CPU
+    index of torch; no message or page gives another way to install distrl (``pip install
+    'distrl[x]'`` would look on PyPI, where distrl is not; ``-e`` without the pins)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    trouble = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    extras = pyproject["project"]["optional-dependencies"]
+    assert pip_install("dev,mujoco,video,export") in readme
+    assert pip_install("<extra>") in trouble and pip_install("mujoco") in trouble
+    for page in (readme, trouble):
+        assert TORCH_CPU_INDEX in page and "not on PyPI" in page
+        assert all(f"`{extra}`" in page for extra in extras), sorted(extras)
+
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "src").rglob("*.py")]
+    for path in pages:
+        if path.name in ("journal.md", "install.py"):  # the journal is history
+            continue
+        text = path.read_text(encoding="utf-8")
+        other = re.findall(r"pip install (?:'|\")?distrl\[|pip install -e", text)
+        assert not other, f"{path.relative_to(ROOT)}: {other}; use {pip_install('<extra>')}"
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +100,7 @@ def archives(tmp_path_factory) -> tuple[Path, Path]:
     return sdist, wheel
 
 
+@pytest.mark.slow
 def test_sdist_and_wheel_hold_every_shipped_file(archives):
     """Every tracked file under src/distrl (the .py modules and the data read at run time: the
     suites' init_states JSON, py.typed) is in the sdist and in the wheel built from it; the
@@ -125,6 +153,7 @@ def _fresh_venv(path: Path) -> Path:
     return python
 
 
+@pytest.mark.slow
 def test_wheel_installs_into_a_fresh_venv_and_trains(archives, tmp_path):
     _, wheel = archives
     python = _fresh_venv(tmp_path / "venv")

@@ -55,7 +55,7 @@ def test_own_network_example_solves_cartpole(tmp_path):
 
 @pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is None,
-    reason="needs the export extra: pip install -e '.[export]'",
+    reason="needs the export extra: pip install -c constraints.txt -e '.[export]'",
 )
 def test_quickstart_trains_to_475_exports_onnx_and_onnxruntime_agrees(tmp_path):
     out = _run([sys.executable, str(EXAMPLES / "quickstart.py")], tmp_path)

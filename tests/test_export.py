@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(120)
 
 needs_onnx = pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None,
-    reason="needs the export extra: pip install -e '.[export]'",
+    reason="needs the export extra: pip install -c constraints.txt -e '.[export]'",
 )
 
 
@@ -161,7 +161,7 @@ def test_cli_export_and_its_mistakes(cartpole_run, tmp_path, capsys, monkeypatch
         importlib.util, "find_spec", lambda name, *a: None if name == "onnx" else real(name, *a)
     )
     code, _, stderr = run_main(["export", str(run_dir), "--format", "onnx"], capsys)
-    assert code == 2 and "pip install -e '.[export]'" in stderr
+    assert code == 2 and "pip install -c constraints.txt -e '.[export]'" in stderr
 
 
 @pytest.mark.parametrize(

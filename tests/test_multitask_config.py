@@ -43,7 +43,7 @@ def test_metaworld_listed_and_a_clear_error_without_the_extra(monkeypatch) -> No
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda n, *a: None if n == "metaworld" else real(n, *a)
     )
-    with pytest.raises(ValueError, match=r"pip install 'distrl\[metaworld\]'"):
+    with pytest.raises(ValueError, match=r"pip install -c constraints.txt -e '\.\[metaworld\]'"):
         get_task("metaworld-mt10")
 
 

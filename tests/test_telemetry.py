@@ -241,7 +241,7 @@ def test_context_manager_closes_on_exception(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
 def test_wandb_missing_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ImportError, match=r"pip install -e \.\[wandb\]"):
+    with pytest.raises(ImportError, match=r"pip install -c constraints.txt -e '\.\[wandb\]'"):
         make(tmp_path, wandb=True)
     assert not (tmp_path / "run").exists()  # failed before creating anything
 

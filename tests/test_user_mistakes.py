@@ -108,7 +108,7 @@ TABLE: list[tuple[str, list[str], str, dict]] = [
         "wandb-not-installed",
         ["train", "cartpole", "--wandb", "True"],
         "--wandb True needs the Weights & Biases client, which is not installed. Install it with "
-        "`pip install -e .[wandb]` (or `pip install wandb`)",
+        "`pip install -c constraints.txt -e '.[wandb]'` (or `pip install wandb`)",
         {"missing": ["wandb"]},
     ),
     # 4. a MuJoCo task without the mujoco extra

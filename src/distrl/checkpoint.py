@@ -46,6 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from distrl.install import torch_install
+
 SCHEMA_VERSION = 1
 """Layout version of the manifest and of the state dict the runner stores."""
 
@@ -123,7 +125,7 @@ def unsafe_torch(what: str = "checkpoint") -> str | None:
         f"refusing to load a {what} with torch {torch.__version__}: before {need}, "
         f"torch.load(weights_only=True) can run code (CVE-2025-32434, torch <= 2.5.1) or "
         f"corrupt memory (CVE-2026-24747) when a file is crafted; upgrade with "
-        f"pip install 'torch>={need}'"
+        f"{torch_install(f'torch>={need}')}"
     )
 
 

@@ -186,13 +186,15 @@ def list_main() -> int:
     from rich.table import Table
 
     from distrl.envs.registry import list_tasks
+    from distrl.install import pip_install
 
     table = Table("task", "description", title="distrl tasks", title_justify="left")
     for t in list_tasks():
-        # escape: "pip install 'distrl[mujoco]'" would otherwise lose "[mujoco]" as markup
+        # escape: "-e '.[mujoco]'" would otherwise lose "[mujoco]" as markup
         table.add_row(escape(t.name), escape(t.description))
     Console().print(table)
-    print("Any Gymnasium id works as gym:<Id> (MuJoCo tasks need: pip install -e '.[mujoco]').")
+    print("Any Gymnasium id works as gym:<Id> (MuJoCo ids need the mujoco extra).")
+    print(f"An extra installs from the distrl checkout (not on PyPI): {pip_install('<extra>')}")
     return 0
 
 
@@ -203,12 +205,14 @@ def bench_main(argv: list[str]) -> int:
     subprocesses."""
     import importlib
 
+    from distrl.install import pip_install
+
     root = Path(__file__).resolve().parents[2]
     if not (root / "benchmarks" / "cli.py").is_file():
         return _fail(
             "`distrl bench` runs the benchmarks of a source checkout (benchmarks/ beside src/), "
-            "which this install does not have: git clone the repository, pip install -e it, and "
-            "run `distrl bench` from there"
+            "which this install does not have: git clone the repository and, in it, "
+            f"{pip_install('dev')}, then run `distrl bench` there"
         )
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))

@@ -43,6 +43,7 @@ import torch
 import tyro
 from torch import nn
 
+from distrl.install import pip_install
 from distrl.policy.actor_critic import ActorCritic, LinearTanh
 
 FORMATS = ("onnx", "torchscript")
@@ -56,7 +57,8 @@ class ExportArgs:
     path: tyro.conf.Positional[str]
     """A run directory (its newest valid checkpoint is exported) or a checkpoint file."""
     format: Literal["onnx", "torchscript"] = "onnx"
-    """onnx (needs the export extra: pip install -e '.[export]') or torchscript."""
+    """onnx (needs the export extra: pip install -c constraints.txt -e '.[export]') or
+    torchscript."""
     output: str | None = None
     """File to write (default: RUN/exported/policy.onnx or .pt)."""
     check: bool = True
@@ -199,7 +201,7 @@ def export_policy(
         raise ExportError(f"--format {format!r}: choose one of {', '.join(FORMATS)}")
     if format == "onnx" and importlib.util.find_spec("onnx") is None:
         raise ExportError(
-            "ONNX export needs the onnx package: pip install -e '.[export]' (or pip install onnx "
+            f"ONNX export needs the onnx package: {pip_install('export')} (onnx and "
             "onnxruntime), or export --format torchscript"
         )
     src = Path(path).expanduser()
@@ -330,7 +332,7 @@ def _parity(policy: ActorCritic, path: Path, fmt: str) -> tuple[float | None, st
             obs = inputs[0] if step == 0 else _observations(policy, n, seed=n + 100 * step)
             ran = _run_exported(path, fmt, (obs,) if memory is None else (obs, memory))
             if ran is None:
-                return None, "not checked: onnxruntime is not installed (pip install onnxruntime)"
+                return None, f"not checked: onnxruntime is not installed ({pip_install('export')})"
             outputs, tool = ran
             with torch.no_grad():
                 ours, logits, ours_memory = policy.deterministic(obs, memory)

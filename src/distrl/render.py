@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from distrl.envs.core import VecEnv
+from distrl.install import pip_install
 
 if TYPE_CHECKING:
     from distrl.envs.gym import GymVecEnv
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 VIDEO_SIZE = (480, 480)
 """(height, width) of the MuJoCo tasks' frames: Gymnasium's MujocoEnv default."""
 
-INSTALL_VIDEO = "pip install -c constraints.txt -e '.[video]'"
+INSTALL_VIDEO = pip_install("video")
 
 
 class RenderUnavailable(RuntimeError):

@@ -50,6 +50,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from distrl.install import pip_install
+
 __all__ = ["Telemetry", "read_metrics", "to_jsonable"]
 
 METRICS_FILE = "metrics.jsonl"
@@ -58,7 +60,7 @@ CHECKPOINT_DIR = "checkpoints"
 
 WANDB_MISSING = (
     "--wandb True needs the Weights & Biases client, which is not installed. "
-    "Install it with `pip install -e .[wandb]` (or `pip install wandb`), or drop --wandb."
+    f"Install it with `{pip_install('wandb')}` (or `pip install wandb`), or drop --wandb."
 )
 
 

@@ -9,7 +9,8 @@ targets (episodic life; the game goes on), rewards clipped to their sign, the mi
 no sticky actions (repeat_action_probability 0), 27,000 steps (108,000 frames) per game.
 
 Rows: uint8 [N, 4 * 84 * 84] in (stack, H, W) order (``obs_shape`` (4, 84, 84)), for the
-``nature-cnn`` network. The extra is ``envpool`` (``pip install -e '.[envpool]'``).
+``nature-cnn`` network. The extra is ``envpool``
+(``pip install -c constraints.txt -e '.[envpool]'``).
 
 Resets. EnvPool 1.2.5 resets an env at its next step after the one that ended its episode
 (Gymnasium's ``AutoresetMode.NEXT_STEP``: that step ignores its action, returns the first
@@ -36,8 +37,9 @@ import numpy as np
 import torch
 
 from distrl.envs.core import ActionSpace, VecEnv
+from distrl.install import pip_install
 
-INSTALL_HINT = "pip install -c constraints.txt -e '.[envpool]' (EnvPool 1.2.5, Linux x86-64)"
+INSTALL_HINT = f"{pip_install('envpool')} (EnvPool 1.2.5, Linux x86-64)"
 
 SETTINGS: dict[str, Any] = dict(
     episodic_life=True,

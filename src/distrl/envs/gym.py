@@ -45,17 +45,18 @@ from gymnasium.envs.registration import EnvSpec, load_env_creator
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from distrl.envs.core import ActionSpace, ObsLayout, VecEnv
+from distrl.install import pip_install
 
 ATARI_HINT = (
-    "install distrl's atari extra (ale-py, the Arcade Learning Environment): pip install -c "
-    "constraints.txt -e '.[atari]'; or train Atari with the standard preprocessing through "
-    "EnvPool: distrl train atari-pong (the envpool extra: pip install -e '.[envpool]')"
+    "install distrl's atari extra (ale-py, the Arcade Learning Environment): "
+    f"{pip_install('atari')}; or train Atari with the standard preprocessing through "
+    f"EnvPool: distrl train atari-pong (the envpool extra: {pip_install('envpool')})"
 )
 BOX2D_HINT = (
     "install Gymnasium's box2d extra (it builds box2d-py with swig): pip install swig && "
     "pip install 'gymnasium[box2d]'"
 )
-MUJOCO_HINT = "install distrl's mujoco extra: pip install -c constraints.txt -e '.[mujoco]'"
+MUJOCO_HINT = f"install distrl's mujoco extra: {pip_install('mujoco')}"
 
 
 def _namespace(env_id: str) -> str | None:

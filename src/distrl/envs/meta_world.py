@@ -2,9 +2,9 @@
 Meta Reinforcement Learning") as an ``EpisodicVecEnv``: state observations, success from
 ``info["success"]``, and each task's 50 goal variants as its init-state list.
 
-Needs the ``metaworld`` extra (``pip install 'distrl[metaworld]'``: metaworld 3.1.1, which pins
-mujoco 3.3.0; headless, CPU). The simulator is per env, so rows are stepped in a Python loop and
-observations are converted to one tensor per step.
+Needs the ``metaworld`` extra (``pip install -c constraints.txt -e '.[metaworld]'``: metaworld
+3.1.1, which pins mujoco 3.3.0; headless, CPU). The simulator is per env, so rows are stepped in
+a Python loop and observations are converted to one tensor per step.
 
 Episodes follow the suite convention of ``envs.reach``: reward 1 on the step that succeeds,
 which terminates the episode; truncated after ``max_episode_steps`` (at most Meta-World's 500).
@@ -35,6 +35,7 @@ import torch
 from distrl.envs.core import ActionSpace
 from distrl.envs.episodic import EpisodicVecEnv
 from distrl.envs.metaworld_3_1_patches import fast_env_class
+from distrl.install import pip_install
 
 MT10_TASKS: tuple[str, ...] = (
     "reach-v3",
@@ -48,7 +49,7 @@ MT10_TASKS: tuple[str, ...] = (
     "window-open-v3",
     "window-close-v3",
 )
-INSTALL_HINT = "pip install 'distrl[metaworld]'  (metaworld==3.1.1 with mujoco==3.3.0)"
+INSTALL_HINT = f"{pip_install('metaworld')}  (metaworld==3.1.1 with mujoco==3.3.0)"
 STATE_DIM = 39
 HELD_OUT_BENCHMARK_SEED = 1
 

@@ -24,7 +24,8 @@ physics and torch never oversubscribe the cores. Physics runs on the CPU; observ
 flags are returned as tensors on ``device``. Done rows reset in the same step and the observation
 that ended the episode is in ``info["final_obs"]`` (the ``VecEnv`` contract).
 
-Needs the ``mujoco`` extra: ``pip install 'distrl[mujoco]'`` (or ``make setup-mujoco``).
+Needs the ``mujoco`` extra: ``pip install -c constraints.txt -e '.[mujoco]'`` (or ``make
+setup-mujoco``).
 """
 
 from __future__ import annotations

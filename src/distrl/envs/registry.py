@@ -33,6 +33,7 @@ from distrl.envs.cartpole import CartPole, CartPoleNoVelocity
 from distrl.envs.core import VecEnv
 from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.envs.pendulum import Pendulum
+from distrl.install import pip_install
 from distrl.runner.hooks import Hooks
 
 GYM_PREFIX = "gym:"
@@ -90,7 +91,7 @@ def _config(
     return make
 
 
-MUJOCO_HINT = "make setup-mujoco, or pip install -c constraints.txt -e '.[mujoco]'"
+MUJOCO_HINT = f"make setup-mujoco, or {pip_install('mujoco')}"
 
 
 def mujoco_installed() -> bool:
@@ -446,8 +447,8 @@ _EPISODIC: dict[str, Task] = {
     ),
     "metaworld-mt10": Task(
         name="metaworld-mt10",
-        description="Meta-World MT10 (needs the metaworld extra: pip install "
-        "'distrl[metaworld]'); episodic RLOO, 50 goal variants per task as init states",
+        description="Meta-World MT10 (needs the metaworld extra); episodic RLOO, 50 goal variants "
+        "per task as init states",
         make_env=_mt10_first_env,
         default_config=_episodic_config(
             "metaworld-mt10",
@@ -561,8 +562,7 @@ _GYM_EXAMPLES: dict[str, str] = {
     "CartPole-v1": "Gymnasium CartPole-v1 (discrete), stepped through the Gymnasium adapter",
     "Acrobot-v1": "Gymnasium Acrobot-v1 (discrete), stepped through the Gymnasium adapter",
     "Pendulum-v1": "Gymnasium Pendulum-v1 (continuous), stepped through the Gymnasium adapter",
-    "HalfCheetah-v5": "Gymnasium MuJoCo HalfCheetah-v5 (continuous); needs the mujoco extra: "
-    "pip install 'distrl[mujoco]'",
+    "HalfCheetah-v5": "Gymnasium MuJoCo HalfCheetah-v5 (continuous); needs the mujoco extra",
 }
 
 

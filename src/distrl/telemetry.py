@@ -26,6 +26,7 @@ the TensorBoard event files.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import secrets
@@ -53,6 +54,41 @@ from rich.table import Table
 from distrl.install import pip_install
 
 __all__ = ["Telemetry", "read_metrics", "to_jsonable"]
+
+log = logging.getLogger("distrl")
+"""What a run says (messages, plain progress lines, the summary) goes through the ``distrl``
+logger at INFO: ``logging.getLogger("distrl").setLevel(logging.WARNING)`` silences it, a
+handler of your own on it routes it (distrl then adds none of its own)."""
+
+
+class ConsoleHandler(logging.Handler):
+    """distrl's default handler: each record on the run's rich console (the one its progress
+    bar draws on, so a line never tears the bar), verbatim: no markup, paths never wrapped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.console: Console | None = None  # the active run's; a plain one otherwise
+
+    def emit(self, record: logging.LogRecord) -> None:
+        console = self.console if self.console is not None else Console()
+        text: Any = record.msg if not isinstance(record.msg, str) else record.getMessage()
+        style = getattr(record, "style", None)
+        console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+_HANDLER = ConsoleHandler()
+
+
+def _use_console(console: Console | None) -> None:
+    """Send the ``distrl`` logger's records to ``console`` (None: back to a plain one); adds
+    distrl's handler only when nobody configured the logger (no handler, level unset)."""
+    if not log.handlers:
+        log.addHandler(_HANDLER)
+        log.propagate = False
+        if log.level == logging.NOTSET:
+            log.setLevel(logging.INFO)
+    _HANDLER.console = console
+
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
@@ -290,6 +326,7 @@ class _ActiveTelemetry(Telemetry):
         self.total_iterations = int(total_iterations)
         self.start_iteration = int(start_iteration)
         self.console = console if console is not None else Console()
+        _use_console(self.console)
         self._closed = False
         self._t0 = time.perf_counter()
         self._last: dict[str, Any] = {}
@@ -442,7 +479,7 @@ class _ActiveTelemetry(Telemetry):
             it % self._every == 0 or it >= self.total_iterations or it == self.start_iteration + 1
         ):
             return
-        self.console.print(self._plain_line(rec), markup=False, highlight=False, soft_wrap=True)
+        log.info(self._plain_line(rec))
 
     def _plain_line(self, rec: Mapping[str, Any]) -> str:
         it = rec.get("iteration", 0)
@@ -460,9 +497,8 @@ class _ActiveTelemetry(Telemetry):
     # -- console ----------------------------------------------------------------------------
 
     def message(self, text: str, *, style: str | None = None) -> None:
-        # markup off: paths and "[rank 0]"-style text must print verbatim.
-        # soft_wrap: a non-terminal console is 80 columns; never cut a path in two.
-        self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+        # through the logger (ConsoleHandler: verbatim, never wrapped, on the bar's console)
+        log.info(text, extra={"style": style})
 
     def summary(self, final: Mapping[str, Any] | None = None) -> None:
         self._stop_progress()
@@ -490,7 +526,7 @@ class _ActiveTelemetry(Telemetry):
         if rec.get("stopped"):
             table.add_row("stopped", str(rec["stopped"]))
         table.add_row("run dir", str(self.run_dir))
-        self.console.print(table)
+        log.info(table)
 
     # -- shutdown ---------------------------------------------------------------------------
 
@@ -507,6 +543,8 @@ class _ActiveTelemetry(Telemetry):
         self._closed = True
         # Each sink closes even when another fails; the first error is re-raised at the end.
         errors: list[BaseException] = []
+        if _HANDLER.console is self.console:
+            _HANDLER.console = None
         for fn in (self._stop_progress, self._close_metrics, self._close_writer, self._close_wandb):
             try:
                 fn()

@@ -8,16 +8,21 @@
 # And the export extra (onnx, onnxruntime: ~37 MB of wheels), for `distrl export --format onnx`,
 # and the metaworld extra (metaworld 3.1.1 + scipy: ~40 MB of wheels, ~15 s here), so MT10, its
 # scripted experts and their tests run everywhere.
+# The docs extra (mkdocs, mkdocs-material, mkdocstrings: ~26 MB of wheels, most of it babel and
+# mkdocs-material) is not among EXTRAS: `make docs` installs it the first time it runs, so
+# `make train` and `make test` do not wait for it (tests/test_docs_site.py skips, naming the
+# reason, until it is there; CI runs make docs before make test).
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 TASK    ?= cartpole
 NPROC   ?= 2
 ARGS    ?=
 EXTRAS  ?= dev,mujoco,video,export,metaworld
 
-.PHONY: setup setup-mujoco train test test-long test-all test-fast lint format bench clean
+.PHONY: setup setup-mujoco train test test-long test-all test-fast lint format bench docs clean
 
 setup: $(STAMP)
 
@@ -49,17 +54,27 @@ test-fast: setup
 	$(BIN)/pytest -q -m "not slow and not long" $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check src benchmarks tests examples
-	$(BIN)/ruff format --check src benchmarks tests examples
+	$(BIN)/ruff check src benchmarks tests examples docs/hooks.py
+	$(BIN)/ruff format --check src benchmarks tests examples docs/hooks.py
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff check --fix src benchmarks tests examples
-	$(BIN)/ruff format src benchmarks tests examples
+	$(BIN)/ruff check --fix src benchmarks tests examples docs/hooks.py
+	$(BIN)/ruff format src benchmarks tests examples docs/hooks.py
+
+# The site (mkdocs.yml) into site/: --strict makes every warning an error (a broken link or
+# anchor, a docstring griffe cannot parse). NO_MKDOCS_2_WARNING quiets mkdocs-material's banner
+# about its end of life (May 2027; fixes until then).
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install -q -c constraints.txt -e ".[docs]"
+	touch $(DOCS_STAMP)
 
 bench: setup
 	$(BIN)/distrl bench throughput
 	$(BIN)/distrl bench solve
 
 clean:
-	rm -rf $(VENV) runs bench_out .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs bench_out site .pytest_cache .ruff_cache

@@ -226,6 +226,7 @@ class TrainResult:
 
     @property
     def is_main(self) -> bool:
+        """True on rank 0, the one rank to save, print or export from."""
         return self.rank == 0
 
     def save(self, path: str | Path) -> Path:

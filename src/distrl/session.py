@@ -174,9 +174,9 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
         algorithm = check_compatible(cfg, ctx.world_size if ctx.distributed else 1)
         strategy = make_strategy(cfg, ctx)
         cfg = cfg.with_budget(strategy.num_collectors)  # --agent.total-timesteps, if set
-        chosen = cfg.run_dir or (str(default_run_dir(cfg.task)) if ctx.is_main else None)
+        chosen = cfg.run_dir or (str(default_run_dir(cfg.task)) if strategy.is_main else None)
         run_dir = Path(strategy.broadcast_object(chosen))
-        if ctx.is_main:  # held until this process ends: a second run here is refused
+        if strategy.is_main:  # held until this process ends: a second run here is refused
             lock = RunLock(run_dir)
         resume_path: Path | None = None
         skipped: list[tuple[Path, str]] = []
@@ -197,27 +197,34 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
         # config.yaml repeats the run (`train --config`): with the local process count the
         # launcher started, which the ranks' own --nproc (always 1) does not say
         written = dataclasses.replace(cfg, nproc=max(cfg.nproc, ctx.local_world_size))
-        with Telemetry.create(
-            run_dir,
-            to_dict(written),
-            total_iterations=cfg.agent.max_iterations,
-            tensorboard=cfg.tensorboard,
-            wandb=cfg.wandb,
-            wandb_project=cfg.wandb_project,
-            wandb_entity=cfg.wandb_entity,
-            progress=cfg.progress,
-            enabled=ctx.is_main,
-        ) as tel:
+
+        def sinks(enabled: bool, start: int = 0) -> Telemetry:
+            return Telemetry.create(
+                run_dir,
+                to_dict(written),
+                total_iterations=cfg.agent.max_iterations,
+                start_iteration=start,
+                tensorboard=cfg.tensorboard,
+                wandb=cfg.wandb,
+                wandb_project=cfg.wandb_project,
+                wandb_entity=cfg.wandb_entity,
+                progress=cfg.progress,
+                enabled=enabled,
+            )
+
+        with sinks(strategy.is_main) as tel:
             runner: Runner = algorithm.build(
                 cfg, strategy, task, env, ctx.device, tel, run_dir, all_hooks
             )
+            # a strategy that survives a lost writer (elastic) hands the writing to this process
+            runner.open_sinks = lambda: sinks(True, runner.iteration)
             close = runner.close
             tel.message(
                 f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {cfg.env.num_envs} envs "
                 f"on {ctx.device} ({ctx.backend or 'single process'}, strategy "
                 f"{strategy.name}) | run dir {run_dir}"
             )
-            if ctx.is_main:  # before any save of this run: what a killed save left behind
+            if strategy.is_main:  # before any save of this run: what a killed save left behind
                 for stale in ckpt.remove_stale_temporaries(run_dir / "checkpoints"):
                     tel.message(f"checkpoint: removed {stale.name}, left by an interrupted save")
             for path, reason in skipped:
@@ -251,13 +258,16 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
                 }
             tel.start_iteration = runner.iteration
             final = {**runner.learn(), "run_dir": str(run_dir)}
+            if runner.tel is not tel:  # this process took the writing over mid-run
+                runner.tel.summary(final)
+                runner.tel.close()
             stopped = runner.stop_reason  # an interrupt, a hook's request, a target reached
             if stopped is not None:
                 final["stopped"] = stopped
             tel.summary(final)
             if interrupts.is_signal(strategy.interrupt):  # agreed: a final checkpoint written
                 final["interrupted"] = interrupts.name(strategy.interrupt)
-                if ctx.is_main:  # (none written here when the save was refused: the newest)
+                if strategy.is_main:  # (none written here when the save was refused: the newest)
                     at, saved = runner.iteration, runner.last_checkpoint
                     saved = saved or ckpt.find_latest_valid(run_dir / "checkpoints")[0]
                     line = interrupts.final_line(strategy.interrupt, at, saved, run_dir, IMPORTED)

@@ -33,8 +33,9 @@ list of ``slot:pid``) and one Gloo process group made from a ``PrefixStore`` of 
 Env steps count only committed iterations of the ranks that took part in them. Each rank's
 random streams are fixed by the seed, its slot and the epoch it joined at (a replacement seeds
 ``seed + slot + N * epoch``), so the same failures at the same iterations give the same run.
-Slot 0 writes metrics and checkpoints, as rank 0 does elsewhere: while it is down (between its
-death and its replacement's return) the others train on and nothing is written.
+Slot 0 writes metrics and checkpoints, as rank 0 does elsewhere; when the writer is lost, the
+lowest surviving slot becomes the writer (every survivor computes the same from the decided
+members) and opens the run's sinks (``Runner.take_over_writing``); checkpoints gather to it.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class Membership:
         self.epoch = -1
         self.members: list[Member] = []
         self.joined_late = False
+        self.writer = 0  # the slot that writes metrics and checkpoints (0 until it is lost)
         self.admitted = 0  # joins the leader has taken in (el/wants counts every join)
         self._graveyard: list[Any] = []  # broken groups, kept so no destructor blocks on them
 
@@ -166,6 +168,7 @@ class Membership:
             epoch = int(self.store.get(key).decode())
             self._enter(epoch)
             self.admitted = int(self.store.get(f"el/{epoch}/wants").decode())
+            self.writer = int(self.store.get(f"el/{epoch}/writer").decode())
             started = float(os.environ.get("DISTRL_ELASTIC_STARTED", "nan"))
             print(
                 f"elastic: slot {self.slot} (pid {self.me.pid}) joined epoch {self.epoch} "
@@ -248,6 +251,7 @@ class Membership:
             members = sorted(self.members + new, key=lambda m: m.slot)
             self.store.set(f"el/{nxt}/wants", str(wants))
             self.store.set(f"el/{nxt}/source", str(self.slot))
+            self.store.set(f"el/{nxt}/writer", str(self.writer))
             self.store.compare_set(key, "", _text(members))
             for m in new:
                 self.store.set(f"el/admit/{m}", str(nxt))
@@ -310,6 +314,8 @@ class Membership:
             time.sleep(POLL)
         survivors = _parse(self.store.get(key).decode())
         lost = [m for m in self.members if m not in survivors]
+        if survivors and all(m.slot != self.writer for m in survivors):  # the same on each
+            self.writer = min(m.slot for m in survivors)
         for m in lost:
             self.store.set(f"el/out/{m.pid}", str(e + 1))
         votes = self._votes(e)
@@ -355,7 +361,7 @@ class ElasticAllReduce(AllReduceStrategy):
         m = self.membership
         self.rank, self.world_size = m.index, len(m.members)
         self.group_size = self.world_size
-        self.is_main = self.ctx.rank == 0  # slot 0 writes (metrics, checkpoints)
+        self.is_main = self.ctx.rank == m.writer  # writes metrics and checkpoints
 
     @property
     def num_collectors(self) -> int:
@@ -372,6 +378,20 @@ class ElasticAllReduce(AllReduceStrategy):
 
     def heartbeat(self, iteration: int) -> None:
         """Nothing: the membership store knows who is in."""
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
+        """Every member's ``obj`` on the writer (``dst`` is ignored: the writer may not be the
+        first member), by slot: None for a slot not in this epoch (a checkpoint then holds the
+        live slots' states, and a resume starts the others' envs fresh)."""
+        m = self.membership
+        writer = next(i for i, x in enumerate(m.members) if x.slot == m.writer)
+        got = super().gather_object(obj, writer)
+        if got is None:
+            return None
+        out: list[Any] = [None] * self.ctx.world_size
+        for member, o in zip(m.members, got, strict=True):
+            out[member.slot] = o
+        return out
 
     def _timed(self, fn: Any, *args: Any, sync: bool = True, **kwargs: Any) -> Any:
         """Tensor collectives run asynchronously and are waited on by ``Membership.wait``
@@ -449,6 +469,7 @@ class ElasticAllReduce(AllReduceStrategy):
         if runner.iteration == snap["iteration"]:  # the update did not complete here
             _restore(runner, snap)
         lost: list[Member] = []
+        was_writer = self.is_main
         for attempt in range(1, 6):
             try:
                 src, gone = self.membership.regroup(runner.iteration)
@@ -462,6 +483,8 @@ class ElasticAllReduce(AllReduceStrategy):
                 if attempt == 5:
                     raise
         self.failures += 1
+        if self.is_main and not was_writer:  # the writer was lost: this process writes now
+            runner.take_over_writing()
         runner.strategy.take_times()
         what = ", ".join(f"slot {m.slot} (pid {m.pid})" for m in lost) or "none"
         runner.message(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,8 @@ class Runner(ABC):
     ):
         self.cfg, self.strategy = cfg, strategy
         self.tel = telemetry or Telemetry()  # the base class is the null object
+        self.open_sinks: Callable[[], Telemetry] | None = None
+        """Opens this run's sinks here (the session sets it): ``take_over_writing``."""
         self.run_dir = run_dir
         self.hooks = list(hooks or [])
         self.seed = rank_seed(cfg.seed, strategy.seed_rank)
@@ -270,6 +273,14 @@ class Runner(ABC):
 
     def message(self, text: str) -> None:
         self.tel.message(text)
+
+    def take_over_writing(self) -> None:
+        """This process writes the run from now on (metrics, TensorBoard, checkpoints): the
+        one that did was lost and the strategy went on without it (elastic)."""
+        if self.tel.enabled or self.open_sinks is None:
+            return
+        self.tel = self.open_sinks()
+        self.message(f"writer: this process writes the run from iteration {self.iteration} on")
 
     def evaluate_into(self, record: dict[str, Any]) -> None:
         """``--eval.interval``: add the eval/* metrics to ``record`` when due, and keep a new

@@ -216,8 +216,15 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
             runner: Runner = algorithm.build(
                 cfg, strategy, task, env, ctx.device, tel, run_dir, all_hooks
             )
-            # a strategy that survives a lost writer (elastic) hands the writing to this process
-            runner.open_sinks = lambda: sinks(True, runner.iteration)
+            def take_over() -> Telemetry:
+                """A strategy that survives a lost writer (elastic) hands the writing here:
+                the lost writer's lock went with it; this process holds it from now on."""
+                nonlocal lock
+                with contextlib.suppress(ValueError):  # (another live holder: keep going)
+                    lock = lock or RunLock(run_dir)
+                return sinks(True, runner.iteration)
+
+            runner.open_sinks = take_over
             close = runner.close
             tel.message(
                 f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {cfg.env.num_envs} envs "

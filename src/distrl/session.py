@@ -216,6 +216,7 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
             runner: Runner = algorithm.build(
                 cfg, strategy, task, env, ctx.device, tel, run_dir, all_hooks
             )
+
             def take_over() -> Telemetry:
                 """A strategy that survives a lost writer (elastic) hands the writing here:
                 the lost writer's lock went with it; this process holds it from now on."""

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 
 STRATEGIES = {
     "allreduce": ["--nproc", "2"],
+    "elastic": ["--nproc", "2", "--dist.strategy", "elastic"],
     "ps-bsp": ["--nproc", "3", "--dist.strategy", "ps-bsp"],
     "ps-asp": ["--nproc", "3", "--dist.strategy", "ps-asp"],
     "ps-bap": ["--nproc", "3", "--dist.strategy", "ps-bap"],
@@ -41,9 +42,10 @@ def train(tmp_path: Path, task: str, flags: list[str]) -> tuple[list[dict], str]
     return records, out
 
 
-# ps-bsp (the same updates as allreduce: tests/distributed/test_same_seed.py) and async
-# learner-actor (learner-actor on-policy stays) run in make test-long, to keep make test ~10 min
-LONG_CARTPOLE = ("ps-bsp", "learner-actor-async")
+# ps-bsp (the same updates as allreduce: tests/distributed/test_same_seed.py), ps-bap (ps-asp
+# stays), async learner-actor (learner-actor on-policy stays) and elastic (its own tests under
+# --nproc 4 stay: tests/reliability/test_elastic.py) run in make test-long, to keep make test short
+LONG_CARTPOLE = ("ps-bsp", "ps-bap", "learner-actor-async", "elastic")
 
 
 @pytest.mark.timeout(300)

@@ -114,6 +114,7 @@ def test_a_killed_and_a_stopped_rank_are_left_out_replaced_and_the_run_learns(tm
     assert (tmp_path / "run" / "checkpoints" / "ckpt_00000060.pt").exists()
 
 
+@pytest.mark.long  # (the lost-writer test below finishes without replacements too)
 @pytest.mark.timeout(120)
 def test_without_replacements_the_survivors_finish_alone(tmp_path):
     code, out = finish(elastic_train(tmp_path, "2:5:KILL", 15), 100)
@@ -215,6 +216,7 @@ def slot_pids(launcher: int) -> dict[int, int]:
     return out
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_a_whole_job_restart_resumes_bitwise(tmp_path):
     """Checkpoints work as under allreduce: 2 + 2 iterations with a restart of the whole job

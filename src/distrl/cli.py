@@ -56,6 +56,11 @@ def _fail(msg: str, code: int = 2) -> int:
 
 
 def train_main(argv: list[str] | None = None) -> int:
+    if os.environ.get("DISTRL_ELASTIC_STANDBY"):  # a warm spare of the elastic launcher
+        from distrl.distributed import elastic
+
+        if not elastic.stand_by():
+            return 0  # the run finished first
     from distrl import session
     from distrl.distributed import launch, strategies
 

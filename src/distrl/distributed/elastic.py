@@ -62,6 +62,8 @@ from distrl.distributed.liveness import PeerFailure, RankDropped
 if TYPE_CHECKING:
     from distrl.runner.base import Runner
 
+STANDBY_ENV = "DISTRL_ELASTIC_STANDBY"
+"""Set for the launcher's warm spare: imported and connected, it waits to be given a slot."""
 STORE_ENV = "DISTRL_ELASTIC"
 """host:port of the launcher's membership store, in every rank's environment."""
 JOIN_ENV = "DISTRL_ELASTIC_JOIN"
@@ -172,7 +174,7 @@ class Membership:
             started = float(os.environ.get("DISTRL_ELASTIC_STARTED", "nan"))
             print(
                 f"elastic: slot {self.slot} (pid {self.me.pid}) joined epoch {self.epoch} "
-                f"{time.time() - started:.2f} s after its process was started",
+                f"{time.time() - started:.2f} s after it became the slot's replacement",
                 file=sys.stderr,
                 flush=True,
             )
@@ -455,8 +457,8 @@ class ElasticAllReduce(AllReduceStrategy):
         t0 = time.perf_counter()
         added = self.membership.admit()
         self._follow()
+        self.joins += added  # (before the sync, which carries the counts to the newcomer)
         self._sync_state(runner, self.membership.source())
-        self.joins += added
         runner.message(
             f"elastic: {added} rank(s) joined at iteration {runner.iteration}: "
             f"{len(self.membership.members)} members, epoch {self.membership.epoch} "
@@ -475,6 +477,7 @@ class ElasticAllReduce(AllReduceStrategy):
                 src, gone = self.membership.regroup(runner.iteration)
                 lost += gone
                 self._follow()
+                self.failures += 1
                 self._sync_state(runner, src)
                 break
             except RankDropped:
@@ -482,7 +485,6 @@ class ElasticAllReduce(AllReduceStrategy):
             except PeerFailure:  # another member was lost while regrouping: once more
                 if attempt == 5:
                     raise
-        self.failures += 1
         if self.is_main and not was_writer:  # the writer was lost: this process writes now
             runner.take_over_writing()
         runner.strategy.take_times()
@@ -498,7 +500,8 @@ class ElasticAllReduce(AllReduceStrategy):
         """Member ``src``'s learner state to every member (one broadcast of its bytes)."""
         if self.rank == src:
             buf = io.BytesIO()
-            torch.save(_snapshot(runner), buf)
+            counts = torch.tensor([self.failures, self.joins])  # the run's, not this process's
+            torch.save({**_snapshot(runner), "elastic/counts": counts}, buf)
             data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
             size = torch.tensor([data.numel()], dtype=torch.int64)
         else:
@@ -509,6 +512,7 @@ class ElasticAllReduce(AllReduceStrategy):
         self._timed(dist.broadcast, data, src=src, sync=False)
         if self.rank != src:
             state = torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=True)
+            self.failures, self.joins = map(int, state.pop("elastic/counts").tolist())
             _restore(runner, state)
 
     def finish(self) -> None:
@@ -548,6 +552,32 @@ def _restore(runner: Runner, state: dict[str, Any]) -> None:
 
 
 _membership: Membership | None = None
+
+
+def stand_by() -> bool:
+    """The launcher's spare: import what a rank needs and connect to the store now, then wait
+    until the launcher gives this process a lost slot (``el/standby/<pid>``) and become that
+    slot's replacement (its environment as the launcher would have started it). A replacement
+    then joins in about an iteration instead of paying the imports (seconds) after a failure.
+    False: the run finished first."""
+    import distrl.runner.on_policy  # noqa: F401 (the imports a rank pays for, paid now)
+    import distrl.session  # noqa: F401
+
+    store = _client(60.0)
+    key = f"el/standby/{os.getpid()}"
+    store.set(f"el/standby-ready/{os.getpid()}", "1")
+    while not store.check([key]):
+        if store.check(["el/finished"]):
+            return False
+        time.sleep(POLL * 5)
+    slot, given = store.get(key).decode().split()
+    os.environ.pop(STANDBY_ENV)
+    os.environ.update(RANK=slot, LOCAL_RANK=slot, ROLE_RANK=slot)
+    os.environ[JOIN_ENV] = "1"
+    os.environ["DISTRL_ELASTIC_STARTED"] = given  # when the launcher gave it the slot
+    return True
+
+
 _WATCHED = (dist.all_reduce, dist.all_gather, dist.broadcast, dist.barrier)
 
 

@@ -6,6 +6,9 @@ torchrun launcher does, ``launch.rendezvous_store``) and starts one process per 
 with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` as torchrun would set them and ``DISTRL_ELASTIC``
 naming the store. It watches them every 0.1 s:
 
+- a warm spare runs beside them while ``--max-restarts`` allows (``elastic.stand_by``: its
+  imports paid, connected to the store); a lost slot is handed to it, so the replacement joins
+  in about an iteration, and a new spare starts;
 - a process that exits before the run finished is marked dead in the store
   (``el/dead/<pid>``: the survivors need not wait ``--dist.timeout`` for its vote) and, while
   ``--max-restarts`` replacements are left, started again as a replacement
@@ -28,7 +31,7 @@ from collections.abc import Sequence
 
 from distrl import interrupts
 from distrl.distributed import launch as torchrun_launch
-from distrl.distributed.elastic import JOIN_ENV, STORE_ENV
+from distrl.distributed.elastic import JOIN_ENV, STANDBY_ENV, STORE_ENV
 
 
 def _slot_env(base: dict[str, str], slot: int, nproc: int, port: int) -> dict[str, str]:
@@ -68,6 +71,7 @@ def launch(
     restarts_left = max_restarts
     first, deadline = 0, float("inf")
     failed = 0
+    spare: subprocess.Popen | None = None
 
     def start(slot: int, replacement: bool) -> None:
         env = _slot_env(base, slot, nproc, store.port)
@@ -78,6 +82,28 @@ def launch(
             fresh = torchrun_launch.strip_flags(script_args, ["--resume"])
             args = [sys.executable, "-m", "distrl.cli", *fresh]
         procs[slot] = subprocess.Popen(args, env=env, start_new_session=True)
+
+    def start_spare() -> subprocess.Popen | None:
+        """A warm spare (imported, connected) for the next lost slot; none without restarts."""
+        if restarts_left <= 0:
+            return None
+        env = _slot_env(base, 0, nproc, store.port)
+        env[STANDBY_ENV] = "1"
+        fresh = torchrun_launch.strip_flags(script_args, ["--resume"])
+        return subprocess.Popen(
+            [sys.executable, "-m", "distrl.cli", *fresh], env=env, start_new_session=True
+        )
+
+    def replace(slot: int) -> None:
+        """The spare becomes ``slot``'s replacement (a cold start if it is gone), and a new
+        spare starts while replacements are left."""
+        nonlocal spare
+        if spare is not None and spare.poll() is None:
+            store.set(f"el/standby/{spare.pid}", f"{slot} {time.time():.3f}")
+            procs[slot], spare = spare, None
+        else:
+            start(slot, replacement=True)
+        spare = start_spare()
 
     def live() -> list[int]:
         return [p.pid for s, p in procs.items() if s not in done and p.poll() is None]
@@ -107,6 +133,7 @@ def launch(
     try:
         for slot in range(nproc):
             start(slot, replacement=False)
+        spare = start_spare()
         while len(done) < nproc:
             time.sleep(0.1)
             if time.monotonic() > deadline:
@@ -121,6 +148,7 @@ def launch(
                     if store.check([f"el/out/{p.pid}"]):
                         p.kill()  # left out by the survivors (stalled): a replacement instead
                     continue
+                finished = finished or store.check(["el/finished"])  # (set just before it exited)
                 if code == 0 and (finished or first):
                     done.add(slot)
                     continue
@@ -128,21 +156,19 @@ def launch(
                 if finished or first or restarts_left <= 0:
                     done.add(slot)
                     failed = failed or (code if code > 0 else 1)
-                    if not live():
-                        break
                     continue
                 restarts_left -= 1
                 _note(f"slot {slot} (pid {p.pid}) exited with {code}; starting a replacement")
-                start(slot, replacement=True)
+                replace(slot)
             if not live() and len(done) < nproc:
                 break  # nobody left to go on with
         if first:
             return interrupts.exit_code(interrupts.name(first))
-        if len(done) < nproc or not store.check(["el/finished"]):
-            return failed or 1
-        return 0
+        if store.check(["el/finished"]):
+            return 0  # the members finished the run (and its writer saved it), whoever was lost
+        return failed or 1
     finally:
-        for p in procs.values():
+        for p in [*procs.values(), *([spare] if spare is not None else [])]:
             if p.poll() is None:
                 p.kill()
                 p.wait()

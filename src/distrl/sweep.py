@@ -275,16 +275,9 @@ def _train_here(cfg: TrainConfig, watch: PruningHooks) -> str | None:
     return result.metrics.get("interrupted")
 
 
-def _train_launched(cfg: TrainConfig, watch: PruningHooks) -> str | None:
-    """One trial as ``distrl train --config`` on ``cfg.nproc`` ranks, its records watched."""
-    from distrl import interrupts
-
-    run_dir = Path(cfg.run_dir or ".")
-    config = run_dir / "config.yaml"
-    config.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
-    argv = [sys.executable, "-m", "distrl.cli", "train", "--config", str(config)]
-    proc = subprocess.Popen([*argv, "--run-dir", str(run_dir)])
-    metrics, seen = run_dir / "metrics.jsonl", 0
+def _watch(proc: subprocess.Popen, metrics: Path, watch: PruningHooks) -> None:
+    """Report each new record of a launched trial until it exits; SIGTERM it when pruned."""
+    seen = 0
     while True:
         done = proc.poll() is not None
         text = metrics.read_text(encoding="utf-8", errors="replace") if metrics.exists() else ""
@@ -300,6 +293,22 @@ def _train_launched(cfg: TrainConfig, watch: PruningHooks) -> str | None:
         if done:
             break
         time.sleep(0.5)
+
+
+def _train_launched(cfg: TrainConfig, watch: PruningHooks) -> str | None:
+    """One trial as ``distrl train --config`` on ``cfg.nproc`` ranks, its records watched."""
+    from distrl import interrupts
+
+    run_dir = Path(cfg.run_dir or ".")
+    config = run_dir / "config.yaml"
+    config.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    argv = [sys.executable, "-m", "distrl.cli", "train", "--config", str(config)]
+    proc = subprocess.Popen([*argv, "--run-dir", str(run_dir)])
+    try:
+        _watch(proc, run_dir / "metrics.jsonl", watch)
+    except KeyboardInterrupt:  # Ctrl-C reached the launcher too: its ranks stop and save
+        proc.wait()
+        return "SIGINT"
     code = proc.returncode
     if watch.pruned_at is not None and code in (0, interrupts.exit_code("SIGTERM")):
         return None

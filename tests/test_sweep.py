@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from distrl.install import pip_install
 from tests.helpers import QUIET, run_main
 
 pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.skipif(
         importlib.util.find_spec("optuna") is None,
-        reason="the sweep extra is not installed: pip install -c constraints.txt -e '.[sweep]'",
+        reason=f"the sweep extra is not installed: {pip_install('sweep')}",
     ),
 ]
 
@@ -113,7 +114,7 @@ def test_a_bad_space_file_is_refused_naming_the_field(capsys, tmp_path, space, n
 def test_without_optuna_the_error_names_the_extra(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna raises ImportError
     code, _, err = run_main(["sweep", "cartpole", "--sweep-dir", str(tmp_path / "sw")], capsys)
-    assert code == 2 and "distrl[sweep]" in err, err
+    assert code == 2 and pip_install("sweep") in err, err
 
 
 @pytest.mark.slow

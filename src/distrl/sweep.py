@@ -35,6 +35,7 @@ import tyro
 import yaml
 
 from distrl.config import TrainConfig, to_dict, validate
+from distrl.install import pip_install
 from distrl.runner.hooks import Hooks
 
 if TYPE_CHECKING:
@@ -124,8 +125,8 @@ def import_optuna() -> Any:
         import optuna
     except ImportError as e:
         raise ImportError(
-            "distrl sweep needs Optuna, which is the 'sweep' extra: pip install 'distrl[sweep]' "
-            "(or pip install -e '.[sweep]' in a checkout)"
+            f"distrl sweep needs Optuna, the sweep extra, which is not installed: "
+            f"{pip_install('sweep')}"
         ) from e
     return optuna
 

@@ -111,6 +111,13 @@ def test_a_bad_space_file_is_refused_naming_the_field(capsys, tmp_path, space, n
     assert not (tmp_path / "sw").exists()
 
 
+def test_a_config_no_trial_could_train_is_refused_before_the_first(capsys, tmp_path):
+    argv = ["sweep", "cartpole", "--sweep-dir", str(tmp_path / "sw"), "--"]
+    code, _, err = run_main([*argv, *TINY, "--dist.strategy", "ps-bsp"], capsys)
+    assert code == 2 and "ps-bsp" in err, err
+    assert not (tmp_path / "sw").exists()
+
+
 def test_without_optuna_the_error_names_the_extra(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna raises ImportError
     code, _, err = run_main(["sweep", "cartpole", "--sweep-dir", str(tmp_path / "sw")], capsys)

@@ -371,11 +371,14 @@ def run_sweep(
 ) -> SweepResult:
     """Run (or continue) a sweep; ``pruner``: an Optuna pruner instead of ``args.pruner``'s."""
     from distrl.args import parse_train_args
+    from distrl.runner.algorithms import check_compatible
 
     optuna = import_optuna()
     sweep_dir, s = _open(args, list(overrides))
     base = parse_train_args([s["task"], *s["overrides"]])
-    base = dataclasses.replace(base, nproc=int(s["nproc"]))
+    if int(s["nproc"]) > 1:  # else the overrides' own --nproc, if any
+        base = dataclasses.replace(base, nproc=int(s["nproc"]))
+    check_compatible(base, base.nproc)  # once, not in every trial: the strategy, the algorithm
     where = f"--space {args.space}" if args.resume is None else f"{sweep_dir}/sweep.yaml space"
     space = search_space(base, s["space"], where)
     if args.trials < 1 or int(s["last"]) < 1:

@@ -92,6 +92,9 @@ DEFAULT_SPACES: dict[str, tuple[Param, ...]] = {
 
 @dataclass
 class SweepArgs:
+    """distrl sweep <task> --trials N [options] [-- train overrides]: a search with Optuna, each
+    trial a run directory; the best trial and its distrl train command printed at the end."""
+
     task: tyro.conf.Positional[str | None] = None
     """The task (its tuned defaults, then the train overrides after ``--``)."""
     trials: int = 8
@@ -104,6 +107,7 @@ class SweepArgs:
     last: int = 5
     """The trial's value: the mean of --metric over the run's last this many records."""
     direction: Literal["maximize", "minimize"] = "maximize"
+    """Whether a higher --metric is better (returns) or a lower one (a loss)."""
     nproc: int = 1
     """Ranks per trial: 1 trains in this process, N launches distrl train --nproc N."""
     seed: int = 0

@@ -116,8 +116,9 @@ class SweepArgs:
     pruner: Literal["median", "none"] = "median"
     """Stop a trial whose running value falls below the median of earlier trials' at the same
     iteration (Optuna's MedianPruner), or never."""
-    prune_warmup: int = 0
-    """Iterations a trial runs before it may be pruned."""
+    prune_warmup: int | None = None
+    """Iterations a trial runs before it may be pruned (default: a fifth of its
+    --agent.max-iterations: early returns are mostly noise)."""
     sweep_dir: str | None = None
     """Where the sweep writes (default: runs/sweep-<task>-<timestamp>)."""
     resume: str | None = None
@@ -388,7 +389,9 @@ def run_sweep(
     if args.trials < 1 or int(s["last"]) < 1:
         raise ValueError("--trials and --last must be at least 1")
     if pruner is None:
-        warmup = int(s.get("prune_warmup", 0))
+        if s.get("prune_warmup") is None:
+            s["prune_warmup"] = base.agent.max_iterations // 5
+        warmup = int(s["prune_warmup"])
         median = s["pruner"] == "median"
         pruner = optuna.pruners.MedianPruner(n_warmup_steps=warmup) if median else None
         pruner = pruner or optuna.pruners.NopPruner()

@@ -12,6 +12,8 @@
 # mkdocs-material) is not among EXTRAS: `make docs` installs it the first time it runs, so
 # `make train` and `make test` do not wait for it (tests/test_docs_site.py skips, naming the
 # reason, until it is there; CI runs make docs before make test).
+# The sweep extra (optuna 5.0.0 with SQLAlchemy, Alembic, colorlog: ~2 MB of wheels) is in
+# EXTRAS, for `distrl sweep` and its tests.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -20,7 +22,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 TASK    ?= cartpole
 NPROC   ?= 2
 ARGS    ?=
-EXTRAS  ?= dev,mujoco,video,export,metaworld
+EXTRAS  ?= dev,mujoco,video,export,metaworld,sweep
 
 .PHONY: setup setup-mujoco train test test-long test-all test-fast lint format bench docs clean
 

@@ -1,5 +1,5 @@
-"""Command line: `distrl train|play|export|average|demos|pretrain|bench|list`, and `train` /
-`play` as their own scripts. This module only turns argv into calls: a training run is
+"""Command line: `distrl train|play|export|average|demos|pretrain|sweep|bench|list`, and
+`train` / `play` as their own scripts. This module only turns argv into calls: a training run is
 ``session.check_before_start`` and ``session.run_training``; the other commands are their
 modules' functions.
 
@@ -45,6 +45,10 @@ commands:
   pretrain <suite> --demos FILE [-- train overrides]
                               behaviour cloning from demonstrations: RUN/checkpoints/bc.pt
                               for train <suite> --init-from
+  sweep <task> --trials N [--space FILE] [--nproc N] [-- train overrides]
+                              hyperparameter search with Optuna (the sweep extra):
+                              each trial a run directory, the best one's command printed;
+                              --resume SWEEP_DIR continues one
   bench <what> [options]      measure throughput, time to solve, scaling (`distrl bench --help`)
   list                        every task with a one-line description
 """
@@ -53,6 +57,13 @@ commands:
 def _fail(msg: str, code: int = 2) -> int:
     print(f"error: {msg}", file=sys.stderr)
     return code
+
+
+def _split_at_dashes(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the command's own words, the train overrides after ``--``)."""
+    if "--" not in argv:
+        return argv, []
+    return argv[: argv.index("--")], argv[argv.index("--") + 1 :]
 
 
 def train_main(argv: list[str] | None = None) -> int:
@@ -167,8 +178,7 @@ def pretrain_main(argv: list[str]) -> int:
     from distrl.distributed import launch
     from distrl.pretrain import PretrainArgs, pretrain
 
-    own, overrides = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv \
-        else (argv, [])  # fmt: skip
+    own, overrides = _split_at_dashes(argv)
     args = tyro.cli(PretrainArgs, args=own, prog="distrl pretrain")
     ranked = launch.under_torchrun()
     try:
@@ -183,6 +193,19 @@ def pretrain_main(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def sweep_main(argv: list[str]) -> int:
+    from distrl import sweep
+
+    own, overrides = _split_at_dashes(argv)
+    args = tyro.cli(sweep.SweepArgs, args=own, prog="distrl sweep")
+    try:
+        result = sweep.run_sweep(args, overrides)
+    except (ValueError, ImportError) as e:  # each names its fix
+        return _fail(str(e))
+    print(sweep.describe(result))
+    return interrupts.exit_code(result.interrupted)
 
 
 def list_main() -> int:
@@ -252,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         return demos_main(rest)
     if cmd == "pretrain":
         return pretrain_main(rest)
+    if cmd == "sweep":
+        return sweep_main(rest)
     if cmd == "bench":
         return bench_main(rest)
     return _fail(f"unknown command {cmd!r}\n{USAGE}")

@@ -1,0 +1,487 @@
+"""``distrl sweep <task> --trials N``: hyperparameter search with Optuna (the ``sweep`` extra).
+
+Each trial is a real run directory, ``<sweep dir>/trial_<k>/``, trained with the task's config,
+the overrides after ``--`` and the trial's sampled values (a search space of dotted config
+fields: ``DEFAULT_SPACES`` per algorithm, or ``--space FILE``). Its value is the mean of
+``--metric`` (default ``episode_return_mean``) over the run's last ``--last`` records.
+
+- One process (``--nproc 1``): ``distrl.train`` in this process; ``PruningHooks`` reports the
+  running value to ``trial.report`` after every iteration and stops the run (a hook's stop: a
+  final checkpoint) when ``trial.should_prune()``.
+- ``--nproc N``: ``distrl train --config trial_<k>/config.yaml`` as a child process on N ranks;
+  its metrics.jsonl is read while it runs, each new record reported, and a pruned trial's
+  launcher gets SIGTERM (every rank stops at the same iteration and saves).
+
+The sweep directory holds ``sweep.yaml`` (what the sweep was started with), ``study.db`` (the
+Optuna storage: ``--resume DIR`` continues the study) and ``sweep.csv`` (one row per trial).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import tyro
+import yaml
+
+from distrl.config import TrainConfig, to_dict, validate
+from distrl.install import pip_install
+from distrl.runner.hooks import Hooks
+
+if TYPE_CHECKING:
+    import optuna
+
+    from distrl.runner.base import Runner
+
+SPEC_KEYS = {"type", "low", "high", "log", "choices"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched config field: ``name`` dotted (``agent.learning_rate``)."""
+
+    name: str
+    type: Literal["float", "int", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+
+    def suggest(self, trial: optuna.Trial) -> Any:
+        if self.type == "categorical":
+            return trial.suggest_categorical(self.name, list(self.choices))
+        assert self.low is not None and self.high is not None
+        if self.type == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
+
+    def extremes(self) -> list[Any]:
+        """The values that bound the space: each must make a valid config."""
+        return list(self.choices) if self.type == "categorical" else [self.low, self.high]
+
+
+DEFAULT_SPACES: dict[str, tuple[Param, ...]] = {
+    "ppo": (
+        Param("agent.learning_rate", "float", 1e-4, 3e-3, log=True),
+        Param("agent.ent_coef", "float", 0.0, 0.02),
+        Param("agent.clip_coef", "float", 0.1, 0.3),
+        Param("agent.num_minibatches", "categorical", choices=(1, 2, 4)),
+        Param("agent.num_epochs", "int", 2, 8),
+        Param("agent.gamma", "float", 0.95, 0.999),
+        Param("agent.gae_lambda", "float", 0.9, 0.99),
+    ),
+    "rloo": (
+        Param("agent.learning_rate", "float", 1e-4, 3e-3, log=True),
+        Param("agent.ent_coef", "float", 0.0, 0.02),
+        Param("agent.clip_coef", "float", 0.1, 0.3),
+        Param("agent.num_epochs", "int", 1, 4),
+    ),
+}
+"""The space searched without ``--space``, per algorithm (``runner/algorithms.ALGORITHMS``)."""
+
+
+@dataclass
+class SweepArgs:
+    """distrl sweep <task> --trials N [options] [-- train overrides]: a search with Optuna, each
+    trial a run directory; the best trial and its distrl train command printed at the end."""
+
+    task: tyro.conf.Positional[str | None] = None
+    """The task (its tuned defaults, then the train overrides after ``--``)."""
+    trials: int = 8
+    """Trials in the sweep; with --resume, the total including those already run."""
+    space: str | None = None
+    """A YAML or JSON file mapping dotted config fields to {type: float|int|categorical, low,
+    high, log, choices}; default: the algorithm's own space (distrl.sweep.DEFAULT_SPACES)."""
+    metric: str = "episode_return_mean"
+    """The metrics.jsonl key to optimize."""
+    last: int = 5
+    """The trial's value: the mean of --metric over the run's last this many records."""
+    direction: Literal["maximize", "minimize"] = "maximize"
+    """Whether a higher --metric is better (returns) or a lower one (a loss)."""
+    nproc: int = 1
+    """Ranks per trial: 1 trains in this process, N launches distrl train --nproc N."""
+    seed: int = 0
+    """The sampler's seed (Optuna's TPESampler): the same seed proposes the same trials. The
+    runs' own seed is the config's (--seed after --)."""
+    pruner: Literal["median", "none"] = "median"
+    """Stop a trial whose running value falls below the median of earlier trials' at the same
+    iteration (Optuna's MedianPruner), or never."""
+    prune_warmup: int | None = None
+    """Iterations a trial runs before it may be pruned (default: a fifth of its
+    --agent.max-iterations: early returns are mostly noise)."""
+    sweep_dir: str | None = None
+    """Where the sweep writes (default: runs/sweep-<task>-<timestamp>)."""
+    resume: str | None = None
+    """A sweep directory to continue: its task, overrides and settings from its sweep.yaml."""
+
+
+def import_optuna() -> Any:
+    try:
+        import optuna
+    except ImportError as e:
+        raise ImportError(
+            f"distrl sweep needs Optuna, the sweep extra, which is not installed: "
+            f"{pip_install('sweep')}"
+        ) from e
+    return optuna
+
+
+def _nest(dotted: dict[str, Any]) -> dict[str, Any]:
+    """{"agent.gamma": 0.9} -> {"agent": {"gamma": 0.9}}."""
+    out: dict[str, Any] = {}
+    for name, value in dotted.items():
+        *sections, leaf = name.split(".")
+        node = out
+        for s in sections:
+            node = node.setdefault(s, {})
+        node[leaf] = value
+    return out
+
+
+def with_values(cfg: TrainConfig, values: dict[str, Any]) -> TrainConfig:
+    """``cfg`` with the dotted fields set (unknown names refused as ``make_config`` does)."""
+    from distrl.api import _override
+
+    return validate(_override(cfg, _nest(values), ""))
+
+
+def _check_field(cfg: TrainConfig, p: Param, where: str) -> None:
+    """Refuse a name that is no leaf field of the config, a type that does not fit it, and
+    bounds that make an invalid config; each error names the field."""
+    node: Any = cfg
+    for part in p.name.split("."):
+        if not dataclasses.is_dataclass(node):
+            raise ValueError(f"{where}: {p.name!r}: not a config field")
+        if not hasattr(node, part):
+            try:
+                with_values(cfg, {p.name: None})  # raises, naming close and valid fields
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from e
+        node = getattr(node, part)
+    if dataclasses.is_dataclass(node):
+        names = ", ".join(f"{p.name}.{f.name}" for f in dataclasses.fields(node))
+        raise ValueError(f"{where}: {p.name!r} is a section; search one of its fields: {names}")
+    if p.type != "categorical" and isinstance(node, bool | str | tuple):
+        raise ValueError(f"{where}: {p.name} is not a number; use type: categorical")
+    if p.type == "float" and isinstance(node, int) and not isinstance(node, bool):
+        raise ValueError(f"{where}: {p.name} is an integer; use type: int or categorical")
+    for value in p.extremes():
+        try:
+            with_values(cfg, {p.name: value})
+        except ValueError as e:
+            raise ValueError(f"{where}: {p.name} = {value!r} makes an invalid config: {e}") from e
+
+
+def parse_space(data: Any, where: str) -> tuple[Param, ...]:
+    """A space file's mapping as Params; a malformed entry is refused naming it."""
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"{where}: expected a mapping of dotted config fields to their ranges")
+    params = []
+    for name, spec in data.items():
+        if not isinstance(spec, dict):
+            raise ValueError(f"{where}: {name}: expected {{type: float|int|categorical, ...}}")
+        unknown = set(spec) - SPEC_KEYS
+        if unknown:
+            raise ValueError(
+                f"{where}: {name}: unknown keys {sorted(unknown)}; known: {sorted(SPEC_KEYS)}"
+            )
+        kind = spec.get("type")
+        if kind == "categorical":
+            choices = spec.get("choices")
+            if not isinstance(choices, list) or not choices:
+                raise ValueError(f"{where}: {name}: categorical needs a non-empty choices list")
+            params.append(Param(str(name), "categorical", choices=tuple(choices)))
+            continue
+        if kind not in ("float", "int"):
+            raise ValueError(f"{where}: {name}: type must be float, int or categorical")
+        low, high, log = spec.get("low"), spec.get("high"), bool(spec.get("log", False))
+        if not (isinstance(low, int | float) and isinstance(high, int | float) and low < high):
+            raise ValueError(f"{where}: {name}: needs numbers low < high (got {low}, {high})")
+        if log and low <= 0:
+            raise ValueError(f"{where}: {name}: log: true needs low > 0 (got {low})")
+        params.append(Param(str(name), kind, low, high, log))
+    return tuple(params)
+
+
+def search_space(cfg: TrainConfig, space: dict | None, where: str) -> tuple[Param, ...]:
+    """The sweep's space (a space file's mapping, or None: the algorithm's default), checked
+    against ``cfg``; ``where`` names the file in errors."""
+    if space is None:
+        from distrl.envs.registry import get_task
+        from distrl.runner.algorithms import ALGORITHMS, algorithm_for
+
+        algorithm = algorithm_for(get_task(cfg.task))
+        key = next(k for k, v in ALGORITHMS.items() if v is algorithm)
+        if key not in DEFAULT_SPACES:
+            raise ValueError(f"no default search space for {algorithm.name}; pass --space FILE")
+        params, where = DEFAULT_SPACES[key], f"the default {key} space"
+    else:
+        params = parse_space(space, where)
+    for p in params:
+        _check_field(cfg, p, where)
+    return params
+
+
+def read_space(path: str) -> Any:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(f"--space {path}: no such file")
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))  # JSON is YAML too
+    except yaml.YAMLError as e:
+        raise ValueError(f"--space {path}: not valid YAML or JSON: {e}") from e
+
+
+def trial_value(records: list[dict], metric: str, last: int) -> float | None:
+    """The mean of ``metric`` over the last ``last`` records that have it (None if none)."""
+    values = [r[metric] for r in records if isinstance(r.get(metric), int | float)]
+    return sum(values[-last:]) / len(values[-last:]) if values else None
+
+
+class PruningHooks(Hooks):
+    """Report the running value to the trial after every iteration; stop the run once Optuna
+    prunes it."""
+
+    def __init__(self, trial: optuna.Trial, metric: str, last: int) -> None:
+        self.trial, self.metric, self.last = trial, metric, last
+        self.records: list[dict] = []
+        self.pruned_at: int | None = None
+
+    def after_iteration(self, runner: Runner, record: dict[str, Any]) -> bool | None:
+        return self.observe(record)
+
+    def observe(self, record: dict[str, Any]) -> bool | None:
+        self.records.append(record)
+        value = trial_value(self.records, self.metric, self.last)
+        if value is None or self.pruned_at is not None:
+            return None
+        step = int(record["iteration"])
+        self.trial.report(value, step)
+        if self.trial.should_prune():
+            self.pruned_at = step
+            return False
+        return None
+
+
+def _train_here(cfg: TrainConfig, watch: PruningHooks) -> str | None:
+    """One trial in this process; the signal that interrupted it, if one did."""
+    from distrl.api import train
+
+    result = train(cfg, hooks=[watch])
+    return result.metrics.get("interrupted")
+
+
+def _watch(proc: subprocess.Popen, metrics: Path, watch: PruningHooks) -> None:
+    """Report each new record of a launched trial until it exits; SIGTERM it when pruned."""
+    seen = 0
+    while True:
+        done = proc.poll() is not None
+        text = metrics.read_text(encoding="utf-8", errors="replace") if metrics.exists() else ""
+        lines = text[: text.rfind("\n") + 1].splitlines()
+        for line in lines[seen:]:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if watch.observe(record) is False:
+                proc.send_signal(signal.SIGTERM)  # every rank stops at one iteration, saved
+        seen = len(lines)
+        if done:
+            break
+        time.sleep(0.5)
+
+
+def _train_launched(cfg: TrainConfig, watch: PruningHooks) -> str | None:
+    """One trial as ``distrl train --config`` on ``cfg.nproc`` ranks, its records watched."""
+    from distrl import interrupts
+
+    run_dir = Path(cfg.run_dir or ".")
+    config = run_dir / "config.yaml"
+    config.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    argv = [sys.executable, "-m", "distrl.cli", "train", "--config", str(config)]
+    proc = subprocess.Popen([*argv, "--run-dir", str(run_dir)])
+    try:
+        _watch(proc, run_dir / "metrics.jsonl", watch)
+    except KeyboardInterrupt:  # Ctrl-C reached the launcher too: its ranks stop and save
+        proc.wait()
+        return "SIGINT"
+    code = proc.returncode
+    if watch.pruned_at is not None and code in (0, interrupts.exit_code("SIGTERM")):
+        return None
+    names = {interrupts.exit_code(s.name): s.name for s in interrupts.SIGNALS}
+    if code in names:
+        return names[code]
+    if code != 0:
+        raise RuntimeError(f"distrl train --nproc {cfg.nproc} exited with code {code}")
+    return None
+
+
+@dataclass
+class SweepResult:
+    sweep_dir: Path
+    study: Any
+    """The ``optuna.Study`` (its storage: ``sweep_dir/study.db``)."""
+    trials: int
+    interrupted: str | None = None
+
+
+def _settings(args: SweepArgs, overrides: list[str]) -> dict[str, Any]:
+    fields = ("task", "space", "metric", "last", "direction", "nproc", "seed", "pruner")
+    saved = {k: getattr(args, k) for k in (*fields, "prune_warmup")}
+    if args.space is not None:
+        saved["space"] = read_space(args.space)
+    return {**saved, "overrides": list(overrides)}
+
+
+def _open(args: SweepArgs, overrides: list[str]) -> tuple[Path, dict[str, Any]]:
+    """The sweep directory and its settings: a new one, or ``--resume``'s."""
+    if args.resume is None:
+        if args.task is None:
+            raise ValueError("usage: distrl sweep <task> --trials N [-- train overrides]")
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        task = args.task.replace(":", "_").replace("/", "_")
+        sweep_dir = Path(args.sweep_dir or f"runs/sweep-{task}-{stamp}")
+        if (sweep_dir / "study.db").exists():
+            raise ValueError(
+                f"{sweep_dir} holds a sweep already; continue it with --resume "
+                f"{sweep_dir}, or pass another --sweep-dir"
+            )
+        return sweep_dir, _settings(args, overrides)
+    sweep_dir = Path(args.resume)
+    if not (sweep_dir / "sweep.yaml").is_file():
+        raise ValueError(f"--resume {args.resume}: no sweep.yaml there; pass a sweep directory")
+    if args.task is not None or overrides:
+        raise ValueError(
+            "--resume continues the sweep with its own task and overrides "
+            f"({sweep_dir / 'sweep.yaml'}); leave them out"
+        )
+    return sweep_dir, yaml.safe_load((sweep_dir / "sweep.yaml").read_text(encoding="utf-8"))
+
+
+def run_sweep(
+    args: SweepArgs,
+    overrides: Sequence[str] = (),
+    pruner: Any = None,
+    say: Callable[[str], None] = print,
+) -> SweepResult:
+    """Run (or continue) a sweep; ``pruner``: an Optuna pruner instead of ``args.pruner``'s."""
+    from distrl.args import parse_train_args
+    from distrl.runner.algorithms import check_compatible
+
+    optuna = import_optuna()
+    sweep_dir, s = _open(args, list(overrides))
+    base = parse_train_args([s["task"], *s["overrides"]])
+    if int(s["nproc"]) > 1:  # else the overrides' own --nproc, if any
+        base = dataclasses.replace(base, nproc=int(s["nproc"]))
+    check_compatible(base, base.nproc)  # once, not in every trial: the strategy, the algorithm
+    where = f"--space {args.space}" if args.resume is None else f"{sweep_dir}/sweep.yaml space"
+    space = search_space(base, s["space"], where)
+    if args.trials < 1 or int(s["last"]) < 1:
+        raise ValueError("--trials and --last must be at least 1")
+    if pruner is None:
+        if s.get("prune_warmup") is None:
+            s["prune_warmup"] = base.agent.max_iterations // 5
+        warmup = int(s["prune_warmup"])
+        median = s["pruner"] == "median"
+        pruner = optuna.pruners.MedianPruner(n_warmup_steps=warmup) if median else None
+        pruner = pruner or optuna.pruners.NopPruner()
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / "sweep.yaml").write_text(yaml.safe_dump(s, sort_keys=False), encoding="utf-8")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        storage=f"sqlite:///{(sweep_dir / 'study.db').resolve()}",
+        study_name="sweep",
+        pruner=pruner,
+        direction=s["direction"],
+        load_if_exists=True,
+    )
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)  # a sweep stopped mid-trial
+    # A resumed sweep's sampler draws on from where it stopped, not its first proposals again
+    study.sampler = optuna.samplers.TPESampler(seed=int(s["seed"]) + len(study.trials))
+    result = SweepResult(sweep_dir, study, args.trials)
+    while len(study.trials) < args.trials and result.interrupted is None:
+        trial = study.ask()
+        values = {p.name: p.suggest(trial) for p in space}
+        run_dir = sweep_dir / f"trial_{trial.number}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        watch = PruningHooks(trial, s["metric"], int(s["last"]))
+        state, value, note = optuna.trial.TrialState.FAIL, None, ""
+        try:
+            cfg = dataclasses.replace(with_values(base, values), run_dir=str(run_dir))
+            train = _train_here if cfg.nproc == 1 else _train_launched
+            result.interrupted = train(cfg, watch)
+            value = trial_value(watch.records, s["metric"], int(s["last"]))
+            if result.interrupted is not None:
+                note = f"interrupted by {result.interrupted}"
+            elif watch.pruned_at is not None:
+                state, note = optuna.trial.TrialState.PRUNED, f"pruned at {watch.pruned_at}"
+            elif value is None:
+                note = f"no {s['metric']!r} in {run_dir / 'metrics.jsonl'}"
+            else:
+                state = optuna.trial.TrialState.COMPLETE
+        except (ValueError, RuntimeError) as e:
+            note = str(e)
+        if state == optuna.trial.TrialState.COMPLETE:
+            study.tell(trial, value)
+        else:
+            study.tell(trial, state=state)
+        shown = "-" if value is None else f"{value:.4g}"
+        say(f"trial {trial.number}: {state.name.lower()} value {shown} {values} {note}".rstrip())
+        write_csv(study, sweep_dir / "sweep.csv")
+    write_csv(study, sweep_dir / "sweep.csv")
+    return result
+
+
+def write_csv(study: Any, path: Path) -> None:
+    """One row per trial: number, state, value, run directory, then each searched field."""
+    trials = study.get_trials(deepcopy=False)
+    names = list(dict.fromkeys(n for t in trials for n in t.params))
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["trial", "state", "value", "run_dir", *names])
+        for t in trials:
+            steps = t.intermediate_values  # a pruned trial's value: its last report
+            value = t.value if t.value is not None else (steps[max(steps)] if steps else "")
+            run_dir = path.parent / f"trial_{t.number}"
+            w.writerow(
+                [t.number, t.state.name, value, run_dir, *(t.params.get(n, "") for n in names)]
+            )
+
+
+def describe(result: SweepResult) -> str:
+    """The best trial, its values and the command that trains it again."""
+    import optuna
+
+    study, sweep_dir = result.study, result.sweep_dir
+    states = [t.state for t in study.trials]
+    counts = ", ".join(
+        f"{states.count(s)} {s.name.lower()}" for s in optuna.trial.TrialState if s in states
+    )
+    lines = [f"sweep {sweep_dir}: {len(states)} trials ({counts}); {sweep_dir / 'sweep.csv'}"]
+    if result.interrupted:
+        lines.append(
+            f"interrupted by {result.interrupted}; continue with: distrl sweep "
+            f"--resume {sweep_dir} --trials {result.trials}"
+        )
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        lines.append("no trial completed: no best trial")
+        return "\n".join(lines)
+    best = study.best_trial
+    lines.append(f"best: trial {best.number}, value {best.value:.6g}")
+    lines += [f"  {name} = {value!r}" for name, value in best.params.items()]
+    lines.append(
+        f"train it again: distrl train --config {sweep_dir / f'trial_{best.number}'}/config.yaml"
+    )
+    return "\n".join(lines)

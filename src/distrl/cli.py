@@ -68,6 +68,8 @@ def _split_at_dashes(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def train_main(argv: list[str] | None = None) -> int:
     if os.environ.get("DISTRL_ELASTIC_STANDBY"):  # a warm spare of the elastic launcher
+        import distrl.runner.on_policy  # noqa: F401 (the imports a rank pays for, paid now)
+        import distrl.session  # noqa: F401
         from distrl.distributed import elastic
 
         if not elastic.stand_by():

@@ -559,10 +559,7 @@ def stand_by() -> bool:
     until the launcher gives this process a lost slot (``el/standby/<pid>``) and become that
     slot's replacement (its environment as the launcher would have started it). A replacement
     then joins in about an iteration instead of paying the imports (seconds) after a failure.
-    False: the run finished first."""
-    import distrl.runner.on_policy  # noqa: F401 (the imports a rank pays for, paid now)
-    import distrl.session  # noqa: F401
-
+    False: the run finished first. (The caller has made the imports a rank needs.)"""
     store = _client(60.0)
     key = f"el/standby/{os.getpid()}"
     store.set(f"el/standby-ready/{os.getpid()}", "1")

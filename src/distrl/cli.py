@@ -110,9 +110,10 @@ def train_main(argv: list[str] | None = None) -> int:
     except (Exception, KeyboardInterrupt) as e:
         rank = int(os.environ.get("RANK", "0"))
         # the last question this rank asks: a busy store host (a loaded machine) gets longer
-        failed = isinstance(e, liveness.PeerFailure)
+        dropped = isinstance(e, liveness.RankDropped)
+        failed = isinstance(e, liveness.PeerFailure) and not dropped
         why = liveness.dropped_reason(rank, 3 * liveness.STORE_WAIT) if failed else None
-        if isinstance(e, liveness.RankDropped):  # it knows why: leave quietly, exit 0
+        if dropped:  # it knows why: leave quietly, exit 0
             print(f"{e}; leaving", file=sys.stderr)
             liveness.mark_left(rank)
         elif why is not None:  # the run goes on without this rank: leave quietly, exit 0

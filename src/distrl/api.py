@@ -276,6 +276,11 @@ def train(
             "in the environment); set nproc=N to start N ranks, or run the script with "
             "torchrun --nproc-per-node N"
         )
+    if cfg.nnodes > 1:
+        raise ValueError(
+            f"nnodes={cfg.nnodes}: a run on several machines is started from the command line on "
+            f"each of them (distrl train {cfg.task} --nnodes {cfg.nnodes} --node-rank K ...)"
+        )
     with _process_state_restored():  # building the returned policy draws from the RNG too
         session.check_before_start(cfg)
         if cfg.nproc > 1 and not under_torchrun:

@@ -83,7 +83,7 @@ def train_main(argv: list[str] | None = None) -> int:
         session.check_before_start(cfg)
     except ValueError as e:
         return _fail(str(e))
-    if cfg.nproc > 1 and not launch.under_torchrun():
+    if (cfg.nproc > 1 or cfg.nnodes > 1) and not launch.under_torchrun():
         run_dir = cfg.run_dir or str(default_run_dir(cfg.task))
         # Launcher flags do not reach the ranks: torchrun's own parser would take `--nproc` as an
         # abbreviation of its --nproc-per-node. The world size is in every checkpoint manifest.
@@ -92,7 +92,13 @@ def train_main(argv: list[str] | None = None) -> int:
         if cfg.max_restarts > 0 and cfg.resume is None:  # a restart continues, not starts over
             args += ["--resume", "auto"]
         start = strategies.launcher(cfg.dist.strategy)
-        return start(cfg.nproc, cfg.max_restarts, args, cfg.stop_timeout, run_dir, IMPORTED)
+        nodes = launch.Nodes.of(cfg)
+        try:
+            return start(
+                cfg.nproc, cfg.max_restarts, args, cfg.stop_timeout, run_dir, IMPORTED, nodes
+            )
+        except ValueError as e:  # a node that cannot host or reach the store
+            return _fail(str(e))
     if not launch.under_torchrun():
         final = session.run_training(cfg)
         # after Ctrl-C or SIGTERM (the final checkpoint written): the shell's code for the signal

@@ -304,7 +304,20 @@ class TrainConfig:
     distributed: bool = False
     """Join a torch.distributed process group (set by torchrun's env vars; see --nproc)."""
     nproc: int = 1
-    """Start this many local processes under torchrun (standalone, loopback)."""
+    """Start this many local processes under torchrun (standalone, loopback); per node with
+    --nnodes."""
+    nnodes: int = 1
+    """Machines in an elastic run (--dist.strategy elastic): run the same command on each, with
+    its own --node-rank and node 0's --master-addr; each starts --nproc ranks. Other strategies
+    span machines with torchrun's multi-node recipe (docs/training.md)."""
+    node_rank: int = 0
+    """This machine's index, 0 .. --nnodes - 1 (with --nnodes); node 0 hosts the run's
+    membership store, and a node started again after it was lost rejoins the run."""
+    master_addr: str = "127.0.0.1"
+    """With --nnodes: node 0's address, reachable from every node; node 0's store listens on
+    exactly this address (not on every interface)."""
+    master_port: int = 29500
+    """With --nnodes: the port of node 0's membership store."""
     max_restarts: int = 0
     """torchrun elastic restarts when a rank dies (with --nproc N); the restarted ranks resume
     from the run's newest valid checkpoint (--resume auto is implied)."""
@@ -396,12 +409,13 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         errors.append(
             f"--max-restarts must be 0 or more, got {cfg.max_restarts}; 0 disables restarts"
         )
-    elif cfg.max_restarts > 0 and cfg.nproc == 1:
+    elif cfg.max_restarts > 0 and cfg.nproc == 1 and cfg.nnodes == 1:
         errors.append(
             f"--max-restarts {cfg.max_restarts} restarts the ranks that --nproc N starts under "
             f"torchrun, and one process (--nproc 1) has no torchrun to restart it; add --nproc N "
             f"(N >= 2), or drop --max-restarts"
         )
+    _validate_nodes(errors, cfg)
     if e.max_episode_steps is not None:
         _positive(errors, "--env.max-episode-steps", e.max_episode_steps, "or leave it unset")
     if e.vectorization not in ("sync", "async"):
@@ -471,6 +485,28 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if errors:
         raise ValueError("invalid configuration:\n  - " + "\n  - ".join(errors))
     return cfg
+
+
+def _validate_nodes(errors: list[str], cfg: TrainConfig) -> None:
+    """--nnodes and its companions: elastic only, a node rank in range, a usable port."""
+    _positive(errors, "--nnodes", cfg.nnodes, "set it to 1 or more")
+    if cfg.nnodes < 1:
+        return
+    if not 0 <= cfg.node_rank < cfg.nnodes:
+        errors.append(
+            f"--node-rank {cfg.node_rank} is not a node of --nnodes {cfg.nnodes}; give each "
+            f"machine its own rank 0 .. {cfg.nnodes - 1}"
+        )
+    if not 0 < cfg.master_port < 65536:
+        errors.append(f"--master-port must be 1..65535, got {cfg.master_port}")
+    if cfg.nnodes > 1 and cfg.dist.strategy != "elastic":
+        errors.append(
+            f"--nnodes {cfg.nnodes} starts the ranks of --dist.strategy elastic on several "
+            f"machines; for {cfg.dist.strategy} use torchrun's multi-node recipe: torchrun "
+            f"--nnodes {cfg.nnodes} --nproc-per-node {cfg.nproc} --rdzv-backend c10d "
+            f"--rdzv-endpoint HOST:PORT --no_python train {cfg.task} --distributed True "
+            f"(docs/training.md)"
+        )
 
 
 def _validate_agent(errors: list[str], a: AgentConfig) -> None:

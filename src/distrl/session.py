@@ -46,10 +46,10 @@ def check_before_start(cfg: TrainConfig) -> None:
     from distrl.runner.algorithms import check_compatible
 
     check_launch_mode(cfg)
-    launching = cfg.nproc > 1 and not launch.under_torchrun()
+    launching = (cfg.nproc > 1 or cfg.nnodes > 1) and not launch.under_torchrun()
     _, _, world, local_world = context.env_ranks() if cfg.distributed else (0, 0, 1, 1)
     if launching:
-        world = local_world = cfg.nproc
+        world, local_world = cfg.nnodes * cfg.nproc, cfg.nproc
     context.check_devices(cfg.device, local_world)
     context.check_backend(cfg.dist.backend, cfg.device, local_world)
     task = get_task(cfg.task)
@@ -71,9 +71,12 @@ def check_before_start(cfg: TrainConfig) -> None:
         from distrl.render import check_filmable
 
         check_filmable(cfg.task)
-    if cfg.resume is None and not launch.under_torchrun():
+    # node 0 writes the run (on several machines, the others' run directory matters only if
+    # the writer's role reaches them: docs/training.md)
+    writes = not launch.under_torchrun() and cfg.node_rank == 0
+    if cfg.resume is None and writes:
         check_run_dir_free(cfg.run_dir)
-    if cfg.run_dir is not None and not launch.under_torchrun():
+    if cfg.run_dir is not None and writes:
         check_unlocked(cfg.run_dir)
     if cfg.multitask.demos is not None:
         from distrl.demos import load_demos

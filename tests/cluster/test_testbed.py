@@ -17,6 +17,7 @@ Needs root and iproute2 (`ip netns`, `tc`): skipped, with what is missing, elsew
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -220,6 +221,77 @@ def test_learner_actor_with_two_learners_on_two_nodes(tmp_path):
     # learner 0 trains on its one actor's rollouts; env steps count both actors'
     assert last["iteration"] == ITERS and last["dist/actors"] == 1, last
     assert last["env_steps"] == ITERS * STEPS * ENVS * 2, last
+
+
+def elastic_node_command(run_dir: Path, node: int, *extra: str) -> list[str]:
+    """Node ``node``'s elastic command: 2 ranks per node, node 0 hosting the store."""
+    return [
+        str(BIN / "distrl"), "train", "--import", "tests.fixtures.elastic_faults",
+        "elastic-faults-cartpole", "--dist.strategy", "elastic", "--nproc", "2",
+        "--nnodes", "2", "--node-rank", str(node), "--master-addr", f"{SUBNET}.101",
+        "--master-port", str(PORT), "--dist.timeout", "5", "--run-dir", str(run_dir),
+        "--progress", "False", "--tensorboard", "False", *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.slow  # 2 nodes x 2 ranks, node 1 killed and started again: ~60 s
+@pytest.mark.timeout(240)
+def test_elastic_goes_on_without_a_killed_node_and_takes_it_back(tmp_path):
+    """The elastic promise across machines: node 1 (its launcher and both its ranks) is
+    killed mid-run; node 0's ranks go on alone without a restart, and the same command started
+    again on node 1 rejoins with a live peer's state. Every replica holds the same parameters
+    after every iteration, the env-step count is exact, and cartpole still learns."""
+    from tests.reliability.test_elastic import (
+        ENVS as EL_ENVS,
+    )
+    from tests.reliability.test_elastic import (
+        STEPS as EL_STEPS,
+    )
+    from tests.reliability.test_elastic import (
+        assert_replicas_identical,
+    )
+
+    iters = 60
+    run_dir, logs, replicas = tmp_path / "run", tmp_path / "logs", tmp_path / "replicas"
+    logs.mkdir()
+    replicas.mkdir()
+    env = cli_env(DISTRL_TEST_REPLICAS=str(replicas))
+    extra = ("--agent.max-iterations", str(iters))
+
+    def node(tb: Testbed, i: int) -> subprocess.Popen:
+        with (logs / f"node{i}.log").open("a") as log:
+            cmd = elastic_node_command(run_dir, i, *extra)
+            return tb.popen(tb.nodes[i], cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    with Testbed(nodes=2, rate_mbit=1000) as tb:
+        node0, node1 = node(tb, 0), node(tb, 1)
+        deadline = time.monotonic() + 120
+        while iterations(run_dir) < 8 and time.monotonic() < deadline:
+            assert node0.poll() is None and node1.poll() is None, logs_of(logs)
+            time.sleep(0.1)
+        testbed._kill_netns_pids(tb.nodes[1].netns)  # the machine is gone: launcher and ranks
+        node1.wait(10)
+        lost_at = iterations(run_dir)
+        while iterations(run_dir) < lost_at + 5 and time.monotonic() < deadline + 60:
+            assert node0.poll() is None, logs_of(logs)
+            time.sleep(0.1)
+        node1 = node(tb, 1)  # the same command, on the machine back
+        codes = wait([node0, node1], 150)
+    out = logs_of(logs)
+    assert codes == [0, 0], out[-4000:]
+    recs = read_metrics(run_dir)
+    assert [r["iteration"] for r in recs] == list(range(1, iters + 1))
+    members = [r["dist/members"] for r in recs]
+    assert members[:8] == [4] * 8 and 2 in members and members[-1] == 4, members
+    assert recs[-1]["dist/failures"] >= 1 and recs[-1]["dist/joins"] == 2, recs[-1]
+    assert "the run is under way; its slots rejoin as replacements" in out, out[-4000:]
+    # both of node 1's ranks are left out at once, within --dist.timeout (5 s)
+    lost = re.search(r"lost slot 2 \(pid \d+\), slot 3 \(pid \d+\) at .* in ([\d.]+) s", out)
+    assert lost and float(lost.group(1)) < 8.0, out[-4000:]
+    hashes = assert_replicas_identical(tmp_path)
+    assert len(hashes[iters]) == 4  # node 1's new ranks hold the survivors' weights
+    assert recs[-1]["env_steps"] == sum(members) * EL_ENVS * EL_STEPS
+    assert recs[-1]["episode_return_mean"] >= 475, recs[-1]["episode_return_mean"]
 
 
 @pytest.mark.timeout(60)

@@ -46,3 +46,24 @@ def test_torchrun_gets_the_stop_timeout_and_runs_quietly_on_a_signal(started):
     cmd = started[0]["cmd"]
     assert cmd[1:3] == ["-m", "distrl.distributed.launch"], cmd
     assert "--shutdown-timeout=13" in cmd, cmd
+
+
+@pytest.mark.timeout(30)
+def test_node_0_that_cannot_host_the_store_is_refused_naming_the_address(tmp_path, capsys):
+    """--master-addr must be an address of node 0: a foreign one (TEST-NET-1) is refused
+    before any rank starts, naming it and the fix."""
+    from tests.helpers import QUIET, run_main
+
+    argv = ["train", "cartpole", "--dist.strategy", "elastic", "--nnodes", "2"]
+    argv += ["--master-addr", "192.0.2.1", "--run-dir", str(tmp_path / "run"), *QUIET]
+    code, out, err = run_main(argv, capsys)
+    assert code == 2, out + err
+    assert "node 0 cannot listen on --master-addr 192.0.2.1 --master-port 29500" in err, err
+    assert "Traceback" not in out + err
+
+
+def test_multi_node_ranks_keep_the_users_gloo_interface(monkeypatch):
+    """One machine pins Gloo to loopback; several keep the interface the user chose."""
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
+    assert launch.launch_env(2)["GLOO_SOCKET_IFNAME"] == launch.loopback_interface()
+    assert launch.launch_env(2, one_machine=False)["GLOO_SOCKET_IFNAME"] == "eth7"

@@ -109,6 +109,21 @@ TABLE = [
         {},
     ),
     (
+        "nnodes-without-elastic",
+        ["cartpole", "--nproc", "2", "--nnodes", "2", "--master-addr", "10.0.0.1"],
+        [
+            "--nnodes 2 starts the ranks of --dist.strategy elastic on several machines; for "
+            "allreduce use torchrun's multi-node recipe: torchrun --nnodes 2"
+        ],
+        {},
+    ),  # fmt: skip
+    (
+        "node-rank-out-of-range",
+        ["cartpole", "--dist.strategy", "elastic", "--nnodes", "2", "--node-rank", "2"],
+        ["--node-rank 2 is not a node of --nnodes 2; give each machine its own rank 0 .. 1"],
+        {},
+    ),
+    (
         "zero-nproc",
         ["cartpole", "--nproc", "0"],
         ["--nproc must be positive, got 0; set it to 1 or more"],

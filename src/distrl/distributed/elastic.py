@@ -9,7 +9,8 @@ the process that died. TorchFT (a quorum server and one process group per replic
 evaluated and not used: see docs/reliability.md, "Elastic data-parallel training".
 
 Membership lives in the launcher's TCPStore under ``el/``; each *epoch* is one membership (a
-list of ``slot:pid``) and one Gloo process group made from a ``PrefixStore`` of that epoch:
+list of ``slot:id:pid``, the id unique in the run) and one Gloo process group made from a
+``PrefixStore`` of that epoch:
 
 - **start**: every slot writes ``el/want/<slot>``; epoch 0 is all N slots.
 - **a rank dies or stalls** (collectives fail: at once on a dead peer's ring neighbours,
@@ -17,9 +18,9 @@ list of ``slot:pid``) and one Gloo process group made from a ``PrefixStore`` of 
   its process group, rolls its learner back to the start of the iteration unless its update
   had completed, and votes ``el/<e>/vote/<slot>`` with the iteration it holds. The first
   survivor that sees every member voted, dead (the launcher marks a process that exited,
-  ``el/dead/<pid>``) or stalled (each process's beat thread writes ``el/hb/<pid>`` every 0.5 s;
+  ``el/dead/<id>``) or stalled (each process's beat thread writes ``el/hb/<id>`` every 0.5 s;
   a stopped one's is 3 s old), or 2 x ``--dist.timeout`` + 5 s pass since its own vote, writes the
-  next epoch's members once (``compare_set``) and marks the others ``el/out/<pid>`` (the
+  next epoch's members once (``compare_set``) and marks the others ``el/out/<id>`` (the
   launcher kills such a process, and starts a replacement). The survivors form the new group,
   and the one holding the newest iteration (the lowest slot on a tie) broadcasts its learner
   state to all: the iteration is discarded, not half-applied, and every replica stays bitwise
@@ -68,9 +69,14 @@ STORE_ENV = "DISTRL_ELASTIC"
 """host:port of the launcher's membership store, in every rank's environment."""
 JOIN_ENV = "DISTRL_ELASTIC_JOIN"
 """Set for a replacement process: it joins a running epoch and takes its state from a peer."""
+ID_ENV = "DISTRL_ELASTIC_ID"
+"""The process's member id, unique in the run (the launchers count them in the store,
+``el/ids``): pids are not, across machines."""
 POLL = 0.02
 BEAT, STALE = 0.5, 3.0
-"""Every rank's beat thread writes ``el/hb/<pid>`` every BEAT s; older than STALE s: stalled."""
+"""Every rank's beat thread writes ``el/hb/<id>`` every BEAT s; older than STALE s: stalled."""
+START_WAIT = 300.0
+"""Seconds the first members wait for every slot (on every node) to say it is there."""
 
 
 def _client(timeout: float) -> Any:
@@ -84,27 +90,36 @@ def _client(timeout: float) -> Any:
     )
 
 
-def _beat(pid: int, timeout: float) -> None:
+def _beat(uid: int, timeout: float) -> None:
     """This process is alive and running (a thread of its own, its own connection: the main
     thread may be blocked in a collective)."""
     store = _client(timeout)
     with contextlib.suppress(Exception):  # the launcher (and its store) went away: stop
         while True:
-            store.set(f"el/hb/{pid}", f"{time.time():.3f}")
+            store.set(f"el/hb/{uid}", f"{time.time():.3f}")
             time.sleep(BEAT)
 
 
 @dataclass(frozen=True)
 class Member:
+    """One rank process: its slot (the rank it was started as), its id in the run (the store's
+    keys name it) and its pid (for people: pids repeat across machines)."""
+
     slot: int
+    uid: int
     pid: int
 
     def __str__(self) -> str:
-        return f"{self.slot}:{self.pid}"
+        return f"{self.slot}:{self.uid}:{self.pid}"
 
 
 def _parse(text: str) -> list[Member]:
     return [Member(*map(int, x.split(":"))) for x in text.split(",") if x]
+
+
+def own_id() -> int:
+    """This process's member id (``ID_ENV``, set by the launcher)."""
+    return int(os.environ[ID_ENV])
 
 
 def _text(members: list[Member]) -> str:
@@ -117,7 +132,7 @@ class Membership:
     def __init__(self, store: Any, slot: int, slots: int, timeout: float, backend: str):
         self.store, self.slot, self.slots = store, slot, slots
         self.timeout, self.backend = timeout, backend
-        self.me = Member(slot, os.getpid())
+        self.me = Member(slot, own_id(), os.getpid())
         self.epoch = -1
         self.members: list[Member] = []
         self.joined_late = False
@@ -128,14 +143,14 @@ class Membership:
     @classmethod
     def connect(cls, slot: int, slots: int, timeout: float, backend: str) -> Membership:
         membership = cls(_client(timeout), slot, slots, timeout, backend)
-        beat = threading.Thread(target=_beat, args=(membership.me.pid, timeout), daemon=True)
+        beat = threading.Thread(target=_beat, args=(membership.me.uid, timeout), daemon=True)
         beat.start()
         return membership
 
     def stalled(self, member: Member) -> bool:
         """Its process has not beaten for ``STALE`` s (``_beat``; a stopped process does not;
         one busy in a long collective or an evaluation does)."""
-        key = f"el/hb/{member.pid}"
+        key = f"el/hb/{member.uid}"
         if not self.store.check([key]):
             return False  # not started beating yet
         return time.time() - float(self.store.get(key).decode()) > STALE
@@ -151,7 +166,7 @@ class Membership:
 
     def join(self) -> None:
         """Say this process wants in; wait until an epoch takes it (the first: all slots)."""
-        self.store.set(f"el/want/{self.slot}", str(self.me.pid))
+        self.store.set(f"el/want/{self.slot}", str(self.me))
         self.store.add("el/wants", 1)
         if os.environ.get(JOIN_ENV):
             self.joined_late = True
@@ -180,8 +195,15 @@ class Membership:
             )
             return
         keys = [f"el/want/{s}" for s in range(self.slots)]
-        self.store.wait(keys, datetime.timedelta(seconds=max(self.timeout, 60.0)))
-        first = [Member(s, int(self.store.get(k).decode())) for s, k in enumerate(keys)]
+        try:
+            self.store.wait(keys, datetime.timedelta(seconds=max(self.timeout, START_WAIT)))
+        except RuntimeError as e:  # (DistStoreError) a node never started
+            missing = [s for s, k in enumerate(keys) if not self.store.check([k])]
+            raise PeerFailure(
+                f"slot {self.slot}: slots {missing} did not start within {START_WAIT:g} s; "
+                f"start every node's launcher (--nnodes, --node-rank)"
+            ) from e
+        first = [_parse(self.store.get(k).decode())[0] for k in keys]
         self.store.compare_set("el/0/members", "", _text(first))
         self.store.set("el/beat", f"{time.time():.3f}")
         self.admitted = self.slots
@@ -247,9 +269,9 @@ class Membership:
             for s in range(self.slots):
                 k = f"el/want/{s}"
                 if s not in slots and self.store.check([k]):
-                    pid = int(self.store.get(k).decode())
-                    if not self.store.check([f"el/dead/{pid}"]):  # (it asked, then died)
-                        new.append(Member(s, pid))
+                    (member,) = _parse(self.store.get(k).decode())
+                    if not self.store.check([f"el/dead/{member.uid}"]):  # (it asked, then died)
+                        new.append(member)
             members = sorted(self.members + new, key=lambda m: m.slot)
             self.store.set(f"el/{nxt}/wants", str(wants))
             self.store.set(f"el/{nxt}/source", str(self.slot))
@@ -283,7 +305,7 @@ class Membership:
                     if stale:
                         raise RuntimeError(
                             f"epoch {self.epoch}: no beat from {', '.join(map(str, stale))} "
-                            f"for {STALE:g} s (slot:pid)"
+                            f"for {STALE:g} s (slot:id:pid)"
                         )
             time.sleep(nap)
             nap = min(1e-3, nap + 1e-4)
@@ -296,7 +318,7 @@ class Membership:
         self._drop_group()
         e = self.epoch
         self.store.set(f"el/{e}/broken", "1")  # the others stop waiting on their collectives
-        self.store.set(f"el/{e}/vote/{self.slot}", f"{self.me.pid} {committed}")
+        self.store.set(f"el/{e}/vote/{self.slot}", f"{self.me.uid} {committed}")
         key = f"el/{e + 1}/members"
         # a live survivor may learn of the failure only when its own collective times out
         # (--dist.timeout): wait past that for its vote; the dead are marked by the launcher
@@ -306,7 +328,7 @@ class Membership:
             dead = [
                 m
                 for m in self.members
-                if m not in votes and (self.store.check([f"el/dead/{m.pid}"]) or self.stalled(m))
+                if m not in votes and (self.store.check([f"el/dead/{m.uid}"]) or self.stalled(m))
             ]
             settled = all(m in votes or m in dead for m in self.members)
             if settled or time.monotonic() > deadline:
@@ -319,7 +341,7 @@ class Membership:
         if survivors and all(m.slot != self.writer for m in survivors):  # the same on each
             self.writer = min(m.slot for m in survivors)
         for m in lost:
-            self.store.set(f"el/out/{m.pid}", str(e + 1))
+            self.store.set(f"el/out/{m.uid}", str(e + 1))
         votes = self._votes(e)
         self._enter(e + 1)
         held = [(votes[m], -m.slot) for m in self.members]
@@ -330,8 +352,8 @@ class Membership:
         for m in self.members:
             k = f"el/{epoch}/vote/{m.slot}"
             if self.store.check([k]):
-                pid, it = map(int, self.store.get(k).decode().split())
-                if pid == m.pid:
+                uid, it = map(int, self.store.get(k).decode().split())
+                if uid == m.uid:
                     out[m] = it
         return out
 
@@ -556,20 +578,20 @@ _membership: Membership | None = None
 
 def stand_by() -> bool:
     """The launcher's spare: import what a rank needs and connect to the store now, then wait
-    until the launcher gives this process a lost slot (``el/standby/<pid>``) and become that
+    until the launcher gives this process a lost slot (``el/standby/<id>``) and become that
     slot's replacement (its environment as the launcher would have started it). A replacement
     then joins in about an iteration instead of paying the imports (seconds) after a failure.
     False: the run finished first. (The caller has made the imports a rank needs.)"""
     store = _client(60.0)
-    key = f"el/standby/{os.getpid()}"
-    store.set(f"el/standby-ready/{os.getpid()}", "1")
+    key = f"el/standby/{own_id()}"
+    store.set(f"el/standby-ready/{own_id()}", "1")
     while not store.check([key]):
         if store.check(["el/finished"]):
             return False
         time.sleep(POLL * 5)
-    slot, given = store.get(key).decode().split()
+    slot, local, given = store.get(key).decode().split()
     os.environ.pop(STANDBY_ENV)
-    os.environ.update(RANK=slot, LOCAL_RANK=slot, ROLE_RANK=slot)
+    os.environ.update(RANK=slot, LOCAL_RANK=local, ROLE_RANK=slot)
     os.environ[JOIN_ENV] = "1"
     os.environ["DISTRL_ELASTIC_STARTED"] = given  # when the launcher gave it the slot
     return True

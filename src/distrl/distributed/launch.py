@@ -30,12 +30,37 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from distrl import interrupts
 
 # Flags that belong to the launcher and must not reach the ranks (which would relaunch).
-_LAUNCH_FLAGS = ("--nproc", "--max-restarts", "--max_restarts")
+_LAUNCH_FLAGS = (
+    "--nproc", "--max-restarts", "--max_restarts", "--nnodes", "--node-rank", "--node_rank",
+    "--master-addr", "--master_addr", "--master-port", "--master_port",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """The machines of a launch: how many, which one this is, and where node 0 hosts the run's
+    store (``--nnodes``, ``--node-rank``, ``--master-addr``, ``--master-port``). One node: a
+    free loopback port."""
+
+    count: int = 1
+    rank: int = 0
+    addr: str = "127.0.0.1"
+    port: int = 0
+
+    @classmethod
+    def of(cls, cfg: Any) -> Nodes:
+        if cfg.nnodes == 1:
+            return cls()
+        return cls(cfg.nnodes, cfg.node_rank, cfg.master_addr, cfg.master_port)
+
+
+ONE_NODE = Nodes()
 
 
 def strip_launch_flags(argv: list[str]) -> list[str]:
@@ -92,15 +117,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def rendezvous_store(timeout: float = 60.0) -> Any:
-    """The c10d rendezvous store torchrun joins, hosted in this process on a loopback socket."""
+def rendezvous_store(timeout: float = 60.0, host: str = "127.0.0.1", port: int = 0) -> Any:
+    """The c10d rendezvous store torchrun joins, hosted in this process on a socket bound to
+    ``host`` only (loopback unless a multi-node launch names node 0's address)."""
     import torch.distributed as dist
 
-    sock = loopback_listener()
+    sock = loopback_listener(port, host)
     port = sock.getsockname()[1]
     # The store owns the descriptor from here on (it closes it when it is destroyed).
     return dist.TCPStore(
-        "127.0.0.1",
+        host,
         port,
         is_master=True,
         multi_tenant=True,
@@ -186,9 +212,11 @@ def default_threads(local_world_size: int) -> int:
     return max(1, (cores or 1) // max(1, local_world_size))
 
 
-def launch_env(nproc: int) -> dict[str, str]:
+def launch_env(nproc: int, one_machine: bool = True) -> dict[str, str]:
     """The environment torchrun and its ``nproc`` ranks start with: this process's, plus
-    defaults for what the user did not set."""
+    defaults for what the user did not set (and, for a run on several machines, the
+    ``GLOO_SOCKET_IFNAME`` the user set for them, or Gloo's own choice: the hostname's
+    address)."""
     env = dict(os.environ)
     # Torch 2.13's elastic restart with Gloo fails to reconnect when the agent shares its
     # rendezvous TCP store with the workers; an unshared store restarts cleanly.
@@ -196,7 +224,8 @@ def launch_env(nproc: int) -> dict[str, str]:
     env.setdefault("PYTHONUNBUFFERED", "1")
     # One machine: the ranks' Gloo and NCCL sockets on loopback, whatever the shell set for
     # multi-machine work.
-    env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = loopback_interface()
+    if one_machine:
+        env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = loopback_interface()
     # Set, torchrun leaves it alone (no "Setting OMP_NUM_THREADS" banner); cores // nproc is
     # each rank's share, the same as its default intra-op threads.
     env.setdefault("OMP_NUM_THREADS", str(default_threads(nproc)))
@@ -210,11 +239,15 @@ def launch(
     stop_timeout: float = 300.0,
     run_dir: str = "",
     modules: Sequence[str] = (),
+    nodes: Nodes = ONE_NODE,
 ) -> int:
     """Run the ranks under torchrun, with its rendezvous store hosted here on loopback; return
     torchrun's exit code, or 128 + the signal after Ctrl-C or SIGTERM, which this process
     passes on to the ranks (``interrupts.supervise``: they stop at an iteration boundary and
-    save; ``run_dir`` and ``modules`` (the ``--import`` modules) name the resume command)."""
+    save; ``run_dir`` and ``modules`` (the ``--import`` modules) name the resume command).
+    One node only (``nodes``: multi-node runs start torchrun on each machine themselves)."""
+    if nodes.count != 1:
+        raise ValueError("distrl's torchrun launcher starts one node; see docs/training.md")
     store = rendezvous_store()
     cmd = torchrun_command(nproc, max_restarts, script_args, store.port, stop_timeout)
     try:

@@ -2,7 +2,8 @@
 selects the task's tuned default config, then tyro parses the overrides on top of it.
 
 Its own module so that what builds a run from command-line words (``distrl train``, ``bench
-roofline``) shares it without importing the CLI.
+roofline``) shares it without importing the CLI. Every command parses its flags with
+``parse_flags``, so a boolean is written the same way everywhere: ``--progress False``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,82 @@ import datetime
 import difflib
 import itertools
 import typing
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import tyro
 import yaml
 
 from distrl.config import TrainConfig, from_dict, validate
+
+T = TypeVar("T")
+
+TYRO_CONFIG = (tyro.conf.FlagConversionOff,)
+"""How every command parses its flags (``parse_flags``): a boolean takes a value, ``--progress
+False``, as DD-PPO's torchrun recipe writes ``--distributed True``; tyro's ``--no-progress``
+spelling does not exist."""
+
+BOOL_VALUES = ("True", "False")
+
+
+def bool_flags(cls: type, prefix: str = "") -> list[str]:
+    """The boolean flags of dataclass ``cls``, without their dashes (``env.check-finite``)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    out: list[str] = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+        if dataclasses.is_dataclass(base):
+            out += bool_flags(typing.cast(type, base), f"{prefix}{f.name}.")
+        elif base is bool:
+            out.append(prefix + f.name.replace("_", "-"))
+    return out
+
+
+def check_bool_spelling(cls: type, argv: Sequence[str]) -> None:
+    """Refuse, naming the spelling that works, a boolean flag of ``cls`` written as tyro's
+    default writes it: ``--no-check`` (``--check False``) or a bare ``--check`` (``--check
+    True``). Raises ValueError."""
+    flags = set(bool_flags(cls))
+    for i, word in enumerate(argv):
+        if word == "--":
+            return
+        if not word.startswith("--"):
+            continue
+        name, eq, _ = word[2:].partition("=")
+        name = name.replace("_", "-")
+        section, dot, leaf = name.rpartition(".")
+        negated = {section + dot + leaf[3:]} if leaf.startswith("no-") else set()
+        if name.startswith("no-"):  # --no-env.check-finite
+            negated.add(name[3:])
+        for positive in sorted(negated & flags):
+            raise ValueError(
+                f"--{name} is now --{positive} False: every distrl command takes a boolean as "
+                f"--flag True or --flag False"
+            )
+        if name in flags and not eq and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
+            raise ValueError(
+                f"--{name} takes a value: --{name} True or --{name} False, as every distrl "
+                f"command writes a boolean"
+            )
+
+
+def parse_flags(
+    cls: type[T],
+    argv: Sequence[str],
+    prog: str,
+    default: T | None = None,
+    registry: Any = None,
+) -> T:
+    """``argv`` parsed by tyro into ``cls`` (on top of ``default``), as every distrl command
+    parses its flags: ``TYRO_CONFIG``, and the old ``--no-flag`` spelling refused naming the
+    new one (ValueError). ``registry``: a ``tyro.constructors.ConstructorRegistry``."""
+    check_bool_spelling(cls, argv)
+    parsed = tyro.cli(
+        cls, args=list(argv), prog=prog, default=default, config=TYRO_CONFIG, registry=registry
+    )
+    return typing.cast(T, parsed)
 
 
 def default_run_dir(task: str) -> Path:
@@ -234,15 +305,9 @@ def _refuse_unknown_flags(argv: list[str]) -> None:
 
 def _parse_overrides(defaults: TrainConfig, argv: list[str]) -> TrainConfig:
     """tyro's parse of the override flags ``argv`` on top of ``defaults``."""
+    check_bool_spelling(TrainConfig, argv)  # before the guess at an unknown flag
     _refuse_unknown_flags(argv)
-    cfg = tyro.cli(
-        TrainConfig,
-        default=defaults,
-        args=argv,
-        prog=f"train {defaults.task}",
-        # `--distributed True`, as DD-PPO's torchrun recipe writes it
-        config=(tyro.conf.FlagConversionOff,),
-    )
+    cfg = parse_flags(TrainConfig, argv, f"train {defaults.task}", default=defaults)
     if cfg.task != defaults.task:
         raise ValueError(
             f"--task {cfg.task!r} contradicts the positional task {defaults.task!r}; give the task "

@@ -19,6 +19,12 @@ from typing import Any, TypeVar
 
 import tyro
 import yaml
+from tyro.constructors import (
+    ConstructorRegistry,
+    StructConstructorSpec,
+    StructFieldSpec,
+    StructTypeInfo,
+)
 
 from distrl.config import TrainConfig, from_dict, validate
 
@@ -79,11 +85,11 @@ def parse_flags(
     argv: Sequence[str],
     prog: str,
     default: T | None = None,
-    registry: Any = None,
+    registry: ConstructorRegistry | None = None,
 ) -> T:
     """``argv`` parsed by tyro into ``cls`` (on top of ``default``), as every distrl command
     parses its flags: ``TYRO_CONFIG``, and the old ``--no-flag`` spelling refused naming the
-    new one (ValueError). ``registry``: a ``tyro.constructors.ConstructorRegistry``."""
+    new one (ValueError). ``registry``: tyro's rules for types (``_help_registry``)."""
     check_bool_spelling(cls, argv)
     parsed = tyro.cli(
         cls, args=list(argv), prog=prog, default=default, config=TYRO_CONFIG, registry=registry
@@ -239,7 +245,8 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
                 "usage: train <task> [overrides]\n       train --config RUN/config.yaml "
                 "[overrides]   (repeat a run)\n       train --import MODULE <task> [overrides]"
                 "   (MODULE registers the task: distrl.register_task)\n\n`distrl list` "
-                "shows the tasks; `train <task> --help` shows every override with its default."
+                "shows the tasks; `train <task> --help` shows every override that task reads, with "
+                "its default."
             )
             raise SystemExit(0)
         raise ValueError("usage: train <task> [overrides]; `distrl list` shows the tasks")
@@ -303,11 +310,77 @@ def _refuse_unknown_flags(argv: list[str]) -> None:
             )
 
 
+def _hidden_fields(cls: type, dotted: list[str]) -> dict[type, set[str]]:
+    """``dotted`` fields below dataclass ``cls`` (``agent.gamma``) as {dataclass: its field
+    names}; a section whose every field is hidden is hidden whole, in its parent."""
+    hints = typing.get_type_hints(cls)
+    out: dict[type, set[str]] = {}
+    mine: set[str] = set()
+    for f in dataclasses.fields(cls):
+        inner = [d.partition(".")[2] for d in dotted if d.startswith(f.name + ".")]
+        if f.name in dotted:
+            mine.add(f.name)
+        elif inner and dataclasses.is_dataclass(hints[f.name]):
+            section = typing.cast(type, hints[f.name])
+            below = _hidden_fields(section, inner)
+            if below.get(section) == {g.name for g in dataclasses.fields(section)}:
+                mine.add(f.name)
+            else:
+                out |= below
+    if mine:
+        out[cls] = mine
+    return out
+
+
+def task_help_hides(task: str) -> list[str]:
+    """The fields ``train <task> --help`` leaves out (dotted): ``task`` (the positional
+    argument gives it) and every field the task's algorithm does not read
+    (``runner.algorithms.unread_options``). Parsing still takes them: a set one is refused by
+    the compatibility check, naming the reason, or has no effect (``AlgorithmSpec.ignores``)."""
+    from distrl.envs.registry import get_task
+    from distrl.runner.algorithms import unread_options
+
+    return ["task", *unread_options(get_task(task))]
+
+
+def _help_registry(task: str) -> ConstructorRegistry:
+    """A tyro registry under which TrainConfig's help shows only what ``task`` reads: the
+    fields of ``task_help_hides`` are marked ``tyro.conf.Suppress``."""
+    hidden = _hidden_fields(TrainConfig, task_help_hides(task))
+    registry = ConstructorRegistry()
+    inside: list[bool] = []  # while the rule asks tyro's own rules for a dataclass's fields
+
+    def hide(f: StructFieldSpec) -> StructFieldSpec:
+        suppressed: Any = typing.Annotated[f.type, tyro.conf.Suppress]
+        return dataclasses.replace(f, type=suppressed)
+
+    @registry.struct_rule
+    def suppress(info: StructTypeInfo) -> Any:
+        names = hidden.get(info.type)
+        if not names or inside:
+            return None
+        inside.append(True)
+        try:
+            spec = ConstructorRegistry.get_struct_spec(info)
+        finally:
+            inside.pop()
+        if not isinstance(spec, StructConstructorSpec):  # an error tyro reports itself
+            return spec
+        fields = tuple(hide(f) if f.name in names else f for f in spec.fields)
+        return dataclasses.replace(spec, fields=fields)
+
+    return registry
+
+
 def _parse_overrides(defaults: TrainConfig, argv: list[str]) -> TrainConfig:
-    """tyro's parse of the override flags ``argv`` on top of ``defaults``."""
+    """tyro's parse of the override flags ``argv`` on top of ``defaults``. With ``--help``, the
+    help lists only the fields the task's algorithm reads (``task_help_hides``)."""
     check_bool_spelling(TrainConfig, argv)  # before the guess at an unknown flag
     _refuse_unknown_flags(argv)
-    cfg = parse_flags(TrainConfig, argv, f"train {defaults.task}", default=defaults)
+    asks_help = any(word in ("-h", "--help") for word in argv)
+    registry = _help_registry(defaults.task) if asks_help else None
+    prog = f"train {defaults.task}"
+    cfg = parse_flags(TrainConfig, argv, prog, default=defaults, registry=registry)
     if cfg.task != defaults.task:
         raise ValueError(
             f"--task {cfg.task!r} contradicts the positional task {defaults.task!r}; give the task "

@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-import tyro
-
 from benchmarks.broadcast import BroadcastArgs, broadcast
 from benchmarks.cluster import ClusterArgs, cluster
 from benchmarks.comm import CommArgs, comm
@@ -20,6 +18,7 @@ from benchmarks.scaling import ScalingArgs, scaling
 from benchmarks.solve import SolveArgs, solve
 from benchmarks.straggler import StragglerArgs, straggler
 from benchmarks.throughput import ThroughputArgs, throughput
+from distrl.args import parse_flags
 
 USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` for options)
 
@@ -64,9 +63,8 @@ def bench_main(argv: list[str]) -> int:
         print(f"error: unknown benchmark {name!r}\n{USAGE}", file=sys.stderr)
         return 2
     args_cls, fn = COMMANDS[name]
-    args: object = tyro.cli(args_cls, args=rest, prog=f"distrl bench {name}")
     try:
-        fn(args)
+        fn(parse_flags(args_cls, rest, f"distrl bench {name}"))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

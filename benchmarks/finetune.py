@@ -5,10 +5,11 @@
     distrl train SUITE --init-from bc.pt --nproc N ...   RLOO fine-tuning with the success reward
     distrl play RUN --json ...                           its held-out success per task
 
-and, with ``--scratch``, the same ``train`` without ``--init-from``. Every success figure is the
-deterministic policy's, per task, over the held-out init states (``evaluate_suite``); wall times
-are from each command's start to its end (start-up included). Writes per_run.csv (one row per
-method, demos and seed, with every task's success) and summary.csv (mean and spread over seeds).
+and, unless ``--scratch False``, the same ``train`` without ``--init-from``. Every success
+figure is the deterministic policy's, per task, over the held-out init states
+(``evaluate_suite``); wall times are from each command's start to its end (start-up included).
+Writes per_run.csv (one row per method, demos and seed, with every task's success) and
+summary.csv (mean and spread over seeds).
 """
 
 from __future__ import annotations

@@ -122,9 +122,11 @@ def minatar_speed(args: MinAtarSpeedArgs) -> list[dict]:
 
 
 def main() -> None:
-    import tyro  # here: the functions above run where tyro is not installed
+    import sys
 
-    minatar_speed(tyro.cli(MinAtarSpeedArgs))
+    from distrl.args import parse_flags  # here (tyro): the functions above run without it
+
+    minatar_speed(parse_flags(MinAtarSpeedArgs, sys.argv[1:], "python -m benchmarks.minatar_speed"))
 
 
 if __name__ == "__main__":

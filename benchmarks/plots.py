@@ -204,7 +204,7 @@ def straggler(summary: list[dict], path: Path, title: str) -> None:
     get = {(r["mode"], r["straggler"]): r for r in summary}
     fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
     x = np.arange(len(modes))
-    # only the variants that ran (--no-straggler runs the even one alone)
+    # only the variants that ran (--straggler False runs the even one alone)
     variants = [(slow, name) for slow, name in ((False, "even"), (True, "one straggler"))
                 if any(k[1] == slow for k in get)]  # fmt: skip
     width = 0.8 / max(1, len(variants))

@@ -47,6 +47,21 @@ def test_make_config_layers_defaults_words_and_overrides():
     assert cfg.policy.actor_hidden == (32, 32)
 
 
+def test_the_task_annotation_names_everything_train_takes():
+    """``distrl.TaskLike``, in ``train``'s and ``make_config``'s signatures: a name or id, an
+    env instance, a VectorEnv, a factory of one env (mypy holds callers to it)."""
+    import collections.abc
+    import typing
+
+    import gymnasium
+
+    kinds = {typing.get_origin(k) or k for k in typing.get_args(distrl.TaskLike)}
+    assert kinds == {str, gymnasium.Env, gymnasium.vector.VectorEnv, collections.abc.Callable}
+    train = set(typing.get_args(typing.get_type_hints(distrl.train)["cfg"]))
+    assert set(typing.get_args(distrl.TaskLike)) | {distrl.TrainConfig, type(None)} == train
+    assert typing.get_type_hints(distrl.make_config)["task"] == distrl.TaskLike
+
+
 @pytest.mark.parametrize(
     "overrides, words",
     [

@@ -39,6 +39,7 @@ _EXPORTS = {
     "evaluate": "distrl.api",
     "EvalResult": "distrl.evaluation",
     "TrainResult": "distrl.api",
+    "TaskLike": "distrl.api",
     "export": "distrl.exporting",
     "ExportResult": "distrl.exporting",
     "average": "distrl.averaging",
@@ -62,6 +63,7 @@ __all__ = [
     "EvalResult",
     "ExportResult",
     "Hooks",
+    "TaskLike",
     "TrainConfig",
     "TrainResult",
     "VecEnv",
@@ -81,6 +83,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from distrl.api import (
+        TaskLike,
         TrainResult,
         evaluate,
         load_config,

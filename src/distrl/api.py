@@ -26,11 +26,12 @@ import difflib
 import os
 import random
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
+import gymnasium
 import numpy as np
 import torch
 import yaml
@@ -41,8 +42,20 @@ from distrl.policy.actor_critic import ActorCritic
 from distrl.rundir import load_policy
 from distrl.runner.hooks import Hooks
 
+TaskLike: TypeAlias = (
+    str
+    | gymnasium.Env[Any, Any]
+    | gymnasium.vector.VectorEnv[Any, Any, Any]
+    | Callable[[], gymnasium.Env[Any, Any]]
+)
+"""A task as ``make_config`` and ``train`` take it: a task name (``"cartpole"``, ``distrl
+list``), a registered Gymnasium id (``"CartPole-v1"``, task ``gym:CartPole-v1``), a run's
+``config.yaml`` path (``make_config``, ``train``), a Gymnasium env instance (copies made from its
+``env.spec``), a ``gymnasium.vector.VectorEnv`` (stepped as it is) or a factory of one env
+(``registry.task_name`` says which task each becomes)."""
 
-def make_config(task: Any, *args: str, **overrides: Any) -> TrainConfig:
+
+def make_config(task: TaskLike, *args: str, **overrides: Any) -> TrainConfig:
     """The task's tuned defaults, then ``args`` (command-line words, e.g.
     ``"--agent.max-iterations", "50"``), then ``overrides``: top-level fields by name, sections
     as dicts (``agent={"max_iterations": 50}``) or as config dataclasses. Validated: a bad
@@ -245,7 +258,7 @@ class TrainResult:
 
 
 def train(
-    cfg: TrainConfig | str | None = None, /, hooks: Sequence[Hooks] = (), **overrides: Any
+    cfg: TrainConfig | TaskLike | None = None, /, hooks: Sequence[Hooks] = (), **overrides: Any
 ) -> TrainResult:
     """Train ``cfg`` (a TrainConfig, a task name, a config.yaml path, or a Gymnasium env as
     ``make_config`` takes one; ``overrides`` as in ``make_config``) and return the trained

@@ -2,7 +2,8 @@
 selects the task's tuned default config, then tyro parses the overrides on top of it.
 
 Its own module so that what builds a run from command-line words (``distrl train``, ``bench
-roofline``) shares it without importing the CLI.
+roofline``) shares it without importing the CLI. Every command parses its flags with
+``parse_flags``, so a boolean is written the same way everywhere: ``--progress False``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,88 @@ import datetime
 import difflib
 import itertools
 import typing
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import tyro
 import yaml
+from tyro.constructors import (
+    ConstructorRegistry,
+    StructConstructorSpec,
+    StructFieldSpec,
+    StructTypeInfo,
+)
 
 from distrl.config import TrainConfig, from_dict, validate
+
+T = TypeVar("T")
+
+TYRO_CONFIG = (tyro.conf.FlagConversionOff,)
+"""How every command parses its flags (``parse_flags``): a boolean takes a value, ``--progress
+False``, as DD-PPO's torchrun recipe writes ``--distributed True``; tyro's ``--no-progress``
+spelling does not exist."""
+
+BOOL_VALUES = ("True", "False")
+
+
+def bool_flags(cls: type, prefix: str = "") -> list[str]:
+    """The boolean flags of dataclass ``cls``, without their dashes (``env.check-finite``)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    out: list[str] = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+        if dataclasses.is_dataclass(base):
+            out += bool_flags(typing.cast(type, base), f"{prefix}{f.name}.")
+        elif base is bool:
+            out.append(prefix + f.name.replace("_", "-"))
+    return out
+
+
+def check_bool_spelling(cls: type, argv: Sequence[str]) -> None:
+    """Refuse, naming the spelling that works, a boolean flag of ``cls`` written as tyro's
+    default writes it: ``--no-check`` (``--check False``) or a bare ``--check`` (``--check
+    True``). Raises ValueError."""
+    flags = set(bool_flags(cls))
+    for i, word in enumerate(argv):
+        if word == "--":
+            return
+        if not word.startswith("--"):
+            continue
+        name, eq, _ = word[2:].partition("=")
+        name = name.replace("_", "-")
+        section, dot, leaf = name.rpartition(".")
+        negated = {section + dot + leaf[3:]} if leaf.startswith("no-") else set()
+        if name.startswith("no-"):  # --no-env.check-finite
+            negated.add(name[3:])
+        for positive in sorted(negated & flags):
+            raise ValueError(
+                f"--{name} is now --{positive} False: every distrl command takes a boolean as "
+                f"--flag True or --flag False"
+            )
+        if name in flags and not eq and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
+            raise ValueError(
+                f"--{name} takes a value: --{name} True or --{name} False, as every distrl "
+                f"command writes a boolean"
+            )
+
+
+def parse_flags(
+    cls: type[T],
+    argv: Sequence[str],
+    prog: str,
+    default: T | None = None,
+    registry: ConstructorRegistry | None = None,
+) -> T:
+    """``argv`` parsed by tyro into ``cls`` (on top of ``default``), as every distrl command
+    parses its flags: ``TYRO_CONFIG``, and the old ``--no-flag`` spelling refused naming the
+    new one (ValueError). ``registry``: tyro's rules for types (``_help_registry``)."""
+    check_bool_spelling(cls, argv)
+    parsed = tyro.cli(
+        cls, args=list(argv), prog=prog, default=default, config=TYRO_CONFIG, registry=registry
+    )
+    return typing.cast(T, parsed)
 
 
 def default_run_dir(task: str) -> Path:
@@ -168,7 +245,8 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
                 "usage: train <task> [overrides]\n       train --config RUN/config.yaml "
                 "[overrides]   (repeat a run)\n       train --import MODULE <task> [overrides]"
                 "   (MODULE registers the task: distrl.register_task)\n\n`distrl list` "
-                "shows the tasks; `train <task> --help` shows every override with its default."
+                "shows the tasks; `train <task> --help` shows every override that task reads, with "
+                "its default."
             )
             raise SystemExit(0)
         raise ValueError("usage: train <task> [overrides]; `distrl list` shows the tasks")
@@ -232,17 +310,77 @@ def _refuse_unknown_flags(argv: list[str]) -> None:
             )
 
 
+def _hidden_fields(cls: type, dotted: list[str]) -> dict[type, set[str]]:
+    """``dotted`` fields below dataclass ``cls`` (``agent.gamma``) as {dataclass: its field
+    names}; a section whose every field is hidden is hidden whole, in its parent."""
+    hints = typing.get_type_hints(cls)
+    out: dict[type, set[str]] = {}
+    mine: set[str] = set()
+    for f in dataclasses.fields(cls):
+        inner = [d.partition(".")[2] for d in dotted if d.startswith(f.name + ".")]
+        if f.name in dotted:
+            mine.add(f.name)
+        elif inner and dataclasses.is_dataclass(hints[f.name]):
+            section = typing.cast(type, hints[f.name])
+            below = _hidden_fields(section, inner)
+            if below.get(section) == {g.name for g in dataclasses.fields(section)}:
+                mine.add(f.name)
+            else:
+                out |= below
+    if mine:
+        out[cls] = mine
+    return out
+
+
+def task_help_hides(task: str) -> list[str]:
+    """The fields ``train <task> --help`` leaves out (dotted): ``task`` (the positional
+    argument gives it) and every field the task's algorithm does not read
+    (``runner.algorithms.unread_options``). Parsing still takes them: a set one is refused by
+    the compatibility check, naming the reason, or has no effect (``AlgorithmSpec.ignores``)."""
+    from distrl.envs.registry import get_task
+    from distrl.runner.algorithms import unread_options
+
+    return ["task", *unread_options(get_task(task))]
+
+
+def _help_registry(task: str) -> ConstructorRegistry:
+    """A tyro registry under which TrainConfig's help shows only what ``task`` reads: the
+    fields of ``task_help_hides`` are marked ``tyro.conf.Suppress``."""
+    hidden = _hidden_fields(TrainConfig, task_help_hides(task))
+    registry = ConstructorRegistry()
+    inside: list[bool] = []  # while the rule asks tyro's own rules for a dataclass's fields
+
+    def hide(f: StructFieldSpec) -> StructFieldSpec:
+        suppressed: Any = typing.Annotated[f.type, tyro.conf.Suppress]
+        return dataclasses.replace(f, type=suppressed)
+
+    @registry.struct_rule
+    def suppress(info: StructTypeInfo) -> Any:
+        names = hidden.get(info.type)
+        if not names or inside:
+            return None
+        inside.append(True)
+        try:
+            spec = ConstructorRegistry.get_struct_spec(info)
+        finally:
+            inside.pop()
+        if not isinstance(spec, StructConstructorSpec):  # an error tyro reports itself
+            return spec
+        fields = tuple(hide(f) if f.name in names else f for f in spec.fields)
+        return dataclasses.replace(spec, fields=fields)
+
+    return registry
+
+
 def _parse_overrides(defaults: TrainConfig, argv: list[str]) -> TrainConfig:
-    """tyro's parse of the override flags ``argv`` on top of ``defaults``."""
+    """tyro's parse of the override flags ``argv`` on top of ``defaults``. With ``--help``, the
+    help lists only the fields the task's algorithm reads (``task_help_hides``)."""
+    check_bool_spelling(TrainConfig, argv)  # before the guess at an unknown flag
     _refuse_unknown_flags(argv)
-    cfg = tyro.cli(
-        TrainConfig,
-        default=defaults,
-        args=argv,
-        prog=f"train {defaults.task}",
-        # `--distributed True`, as DD-PPO's torchrun recipe writes it
-        config=(tyro.conf.FlagConversionOff,),
-    )
+    asks_help = any(word in ("-h", "--help") for word in argv)
+    registry = _help_registry(defaults.task) if asks_help else None
+    prog = f"train {defaults.task}"
+    cfg = parse_flags(TrainConfig, argv, prog, default=defaults, registry=registry)
     if cfg.task != defaults.task:
         raise ValueError(
             f"--task {cfg.task!r} contradicts the positional task {defaults.task!r}; give the task "

@@ -18,10 +18,8 @@ import sys
 import traceback
 from pathlib import Path
 
-import tyro
-
 from distrl import interrupts
-from distrl.args import IMPORTED, default_run_dir, parse_train_args
+from distrl.args import IMPORTED, default_run_dir, parse_flags, parse_train_args
 
 USAGE = """usage: distrl <command> ...
 
@@ -138,9 +136,8 @@ def play_main(argv: list[str] | None = None) -> int:
     from distrl.render import RenderUnavailable
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = tyro.cli(PlayArgs, args=argv, prog="play")
     try:
-        play(args)
+        play(parse_flags(PlayArgs, argv, "play"))
     except (ValueError, ImportError, RenderUnavailable) as e:  # each names its fix
         return _fail(str(e))
     return 0
@@ -149,8 +146,8 @@ def play_main(argv: list[str] | None = None) -> int:
 def export_main(argv: list[str]) -> int:
     from distrl.exporting import ExportArgs, ParityError, describe, export_policy
 
-    args = tyro.cli(ExportArgs, args=argv, prog="distrl export")
     try:
+        args = parse_flags(ExportArgs, argv, "distrl export")
         result = export_policy(args.path, args.format, args.output, check=args.check)
     except ParityError as e:  # a file was made and disagreed: a failure, not a usage mistake
         return _fail(str(e), 1)
@@ -163,8 +160,8 @@ def export_main(argv: list[str]) -> int:
 def average_main(argv: list[str]) -> int:
     from distrl import averaging
 
-    args = tyro.cli(averaging.AverageArgs, args=argv, prog="distrl average")
     try:
+        args = parse_flags(averaging.AverageArgs, argv, "distrl average")
         result = averaging.average(args.paths, args.from_iteration, args.to_iteration, args.output)
     except ValueError as e:  # each names its fix (CheckpointError too)
         return _fail(str(e))
@@ -175,9 +172,8 @@ def average_main(argv: list[str]) -> int:
 def demos_main(argv: list[str]) -> int:
     from distrl import demos
 
-    args = tyro.cli(demos.DemosArgs, args=argv, prog="distrl demos")
     try:
-        demos.demos_main(args)
+        demos.demos_main(parse_flags(demos.DemosArgs, argv, "distrl demos"))
     except (ValueError, ImportError) as e:  # each names its fix
         return _fail(str(e))
     return 0
@@ -188,10 +184,9 @@ def pretrain_main(argv: list[str]) -> int:
     from distrl.pretrain import PretrainArgs, pretrain
 
     own, overrides = _split_at_dashes(argv)
-    args = tyro.cli(PretrainArgs, args=own, prog="distrl pretrain")
     ranked = launch.under_torchrun()
     try:
-        pretrain(args, overrides)
+        pretrain(parse_flags(PretrainArgs, own, "distrl pretrain"), overrides)
         code = 0
     except (ValueError, ImportError) as e:  # each names its fix
         code = _fail(str(e))
@@ -208,9 +203,8 @@ def sweep_main(argv: list[str]) -> int:
     from distrl import sweep
 
     own, overrides = _split_at_dashes(argv)
-    args = tyro.cli(sweep.SweepArgs, args=own, prog="distrl sweep")
     try:
-        result = sweep.run_sweep(args, overrides)
+        result = sweep.run_sweep(parse_flags(sweep.SweepArgs, own, "distrl sweep"), overrides)
     except (ValueError, ImportError) as e:  # each names its fix
         return _fail(str(e))
     print(sweep.describe(result))

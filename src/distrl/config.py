@@ -84,7 +84,7 @@ class AgentConfig:
     """Stop once the mean episode return over every rank's newest episodes (the logged
     episode_return_mean, the same on every rank) reaches this: the run ends after that
     iteration with a final checkpoint, and its last record says why (``stopped``). PPO tasks
-    only (episodic suites: --multitask.early-stop-success)."""
+    only (an episodic suite stops on its success instead; its refusal there names the flag)."""
     num_epochs: int = 5
     """Passes over the rollout batch per iteration (K)."""
     num_minibatches: int = 4

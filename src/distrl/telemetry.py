@@ -96,7 +96,7 @@ CHECKPOINT_DIR = "checkpoints"
 
 WANDB_MISSING = (
     "--wandb True needs the Weights & Biases client, which is not installed. "
-    f"Install it with `{pip_install('wandb')}` (or `pip install wandb`), or drop --wandb."
+    f"Install it with `{pip_install('wandb')}` (or `pip install wandb`), or drop --wandb True."
 )
 
 

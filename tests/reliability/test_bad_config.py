@@ -19,6 +19,9 @@ from distrl import session
 from distrl.args import parse_train_args
 from tests.helpers import QUIET, refuse_to_start, run_main
 
+NO_RUN_DIR = "<no run dir>"
+"""In a row's argv: pass no --run-dir (the others get one under tmp_path)."""
+
 # (id, argv after `train`, substrings the message must contain, environment for the row)
 TABLE = [
     (
@@ -158,7 +161,7 @@ TABLE = [
     ),
     (
         "resume-auto-without-run-dir",
-        ["cartpole", "--resume", "auto", "--no-run-dir"],
+        ["cartpole", "--resume", "auto", NO_RUN_DIR],
         ["--resume auto needs --run-dir", "pass the run directory"],
         {},
     ),
@@ -200,8 +203,8 @@ def test_bad_configuration_is_refused_before_anything_starts(
 ):
     run_dir = tmp_path / "run"
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    if "--no-run-dir" in argv:
-        argv.remove("--no-run-dir")
+    if NO_RUN_DIR in argv:
+        argv.remove(NO_RUN_DIR)
     else:
         argv += ["--run-dir", str(run_dir)]
     argv += QUIET

@@ -90,6 +90,10 @@ class AlgorithmSpec:
     on_suite: bool = False
     """Built on the task's episodic suite, not on a VecEnv of the task."""
     options: tuple[Option, ...] = ()
+    ignores: tuple[str, ...] = ()
+    """Fields (dotted, as ``Option.name``) it never reads that are no other algorithm's option
+    either: accepted when set, without effect. ``train <task> --help`` leaves them out, with the
+    other algorithms' options (``unread_options``)."""
     needs: tuple[Need, ...] = ()
     corrects_off_policy: bool = False
     """Learns from rollouts of older weights (PPO: V-trace), as async learner-actor gives."""
@@ -178,6 +182,16 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         SUITES,
         on_suite=True,
         options=_SUITE_OPTIONS,
+        # no critic, no bootstrapping: RLOO's loss has no value term and its advantages are
+        # the group's leave-one-out returns (algorithms/rloo.py); no recurrent core either
+        ignores=(
+            "agent.gamma",
+            "agent.gae_lambda",
+            "agent.clip_vloss",
+            "agent.vf_coef",
+            "agent.norm_adv",
+            "policy.recurrent_hidden",
+        ),
         needs=(
             Need(WHOLE_EPISODES),
             Need(
@@ -197,6 +211,15 @@ def algorithm_for(task: Task) -> AlgorithmSpec:
         if spec.claims(task):
             return spec
     raise ValueError(f"no algorithm trains task {task.name}; registered: {sorted(ALGORITHMS)}")
+
+
+def unread_options(task: Task) -> tuple[str, ...]:
+    """The config fields (dotted) that the algorithm training ``task`` never reads: the other
+    algorithms' options that are not its own too, and its ``ignores``."""
+    algorithm = algorithm_for(task)
+    mine = {o.name for o in algorithm.options}
+    others = [o.name for a in ALGORITHMS.values() for o in a.options if o.name not in mine]
+    return tuple(dict.fromkeys([*others, *algorithm.ignores]))
 
 
 def _get(cfg: Any, dotted: str) -> Any:
@@ -326,6 +349,12 @@ def compatibility_matrix() -> str:
     for algorithm in ALGORITHMS.values():
         flags = ", ".join(o.flag for o in algorithm.options)
         lines += wrapped(f"{algorithm.name}: {flags}", "  ")
+    if any(a.ignores for a in ALGORITHMS.values()):
+        lines.append("Options an algorithm does not read (accepted, without effect):")
+        for algorithm in ALGORITHMS.values():
+            if algorithm.ignores:
+                flags = ", ".join("--" + o.replace("_", "-") for o in algorithm.ignores)
+                lines += wrapped(f"{algorithm.name}: {flags}", "  ")
     lines.append("Options only one strategy reads (refused under another):")
     for name, spec in STRATEGIES.items():
         if spec.options:

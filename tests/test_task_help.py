@@ -77,3 +77,24 @@ def test_hidden_fields_still_parse():
     assert cfg.multitask.group_size == 4  # refused later, by the compatibility check
     with pytest.raises(ValueError, match="contradicts the positional task"):
         parse_train_args(["cartpole", "--task", "acrobot"])
+
+
+def test_help_text_is_reflowed_to_the_terminal_not_the_source_lines(capsys, monkeypatch):
+    """A docstring's line breaks do not reach the help (tyro kept them, and wrapping them again
+    left short ragged lines): every line of a long option's help but its last is full."""
+    for argv in (["train", "cartpole", "--help"], ["export", "--help"]):
+        monkeypatch.setenv("COLUMNS", "80")  # narrower than the source
+        code, out, err = run_main(argv, capsys)
+        assert code == 0, out + err
+        flag = "--stop-timeout FLOAT" if argv[0] == "train" else "--format {onnx,torchscript}"
+        lines = out.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.strip("│ ").startswith(flag))
+        start += 1
+        block = []
+        for line in lines[start:]:
+            text = line.strip("│ ")
+            if text.startswith("-") or not text:
+                break
+            block.append(text)
+        assert len(block) >= 2, block
+        assert all(len(t) > 60 for t in block[:-1]), block

@@ -92,7 +92,12 @@ def parse_flags(
     new one (ValueError). ``registry``: tyro's rules for types (``_help_registry``)."""
     check_bool_spelling(cls, argv)
     parsed = tyro.cli(
-        cls, args=list(argv), prog=prog, default=default, config=TYRO_CONFIG, registry=registry
+        cls,
+        args=list(argv),
+        prog=prog,
+        default=default,
+        config=TYRO_CONFIG,
+        registry=registry or _registry({}),
     )
     return typing.cast(T, parsed)
 
@@ -346,7 +351,28 @@ def task_help_hides(task: str) -> list[str]:
 def _help_registry(task: str) -> ConstructorRegistry:
     """A tyro registry under which TrainConfig's help shows only what ``task`` reads: the
     fields of ``task_help_hides`` are marked ``tyro.conf.Suppress``."""
-    hidden = _hidden_fields(TrainConfig, task_help_hides(task))
+    return _registry(_hidden_fields(TrainConfig, task_help_hides(task)))
+
+
+def _reflow(text: str) -> str:
+    """A docstring's paragraphs as single lines: tyro keeps the source's line breaks, and
+    wrapping them again to the terminal's width left every option's help ragged."""
+    return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+
+
+def _reflowed(f: StructFieldSpec) -> StructFieldSpec:
+    text = f.helptext
+    if isinstance(text, str):
+        return dataclasses.replace(f, helptext=_reflow(text))
+    if callable(text):
+        lazy = text
+        return dataclasses.replace(f, helptext=lambda: _reflow(lazy() or "") or None)
+    return f
+
+
+def _registry(hidden: dict[type, set[str]]) -> ConstructorRegistry:
+    """tyro's rules for every distrl command: each option's help reflowed (``_reflow``), and
+    the fields ``hidden`` names (per dataclass) marked ``tyro.conf.Suppress``."""
     registry = ConstructorRegistry()
     inside: list[bool] = []  # while the rule asks tyro's own rules for a dataclass's fields
 
@@ -356,9 +382,9 @@ def _help_registry(task: str) -> ConstructorRegistry:
 
     @registry.struct_rule
     def suppress(info: StructTypeInfo) -> Any:
-        names = hidden.get(info.type)
-        if not names or inside:
+        if inside or not dataclasses.is_dataclass(info.type):
             return None
+        names = hidden.get(info.type, set())
         inside.append(True)
         try:
             spec = ConstructorRegistry.get_struct_spec(info)
@@ -366,7 +392,7 @@ def _help_registry(task: str) -> ConstructorRegistry:
             inside.pop()
         if not isinstance(spec, StructConstructorSpec):  # an error tyro reports itself
             return spec
-        fields = tuple(hide(f) if f.name in names else f for f in spec.fields)
+        fields = tuple(_reflowed(hide(f) if f.name in names else f) for f in spec.fields)
         return dataclasses.replace(spec, fields=fields)
 
     return registry

@@ -56,13 +56,13 @@ test-fast: setup
 	$(BIN)/pytest -q -m "not slow and not long" $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check src benchmarks tests examples docs/hooks.py
-	$(BIN)/ruff format --check src benchmarks tests examples docs/hooks.py
+	$(BIN)/ruff check src benchmarks tests examples peers docs/hooks.py
+	$(BIN)/ruff format --check src benchmarks tests examples peers docs/hooks.py
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff check --fix src benchmarks tests examples docs/hooks.py
-	$(BIN)/ruff format src benchmarks tests examples docs/hooks.py
+	$(BIN)/ruff check --fix src benchmarks tests examples peers docs/hooks.py
+	$(BIN)/ruff format src benchmarks tests examples peers docs/hooks.py
 
 # The site (mkdocs.yml) into site/: --strict makes every warning an error (a broken link or
 # anchor, a docstring griffe cannot parse). NO_MKDOCS_2_WARNING quiets mkdocs-material's banner

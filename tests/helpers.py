@@ -4,6 +4,9 @@ that nothing starts, checkpoint loading and comparison, CSV files."""
 from __future__ import annotations
 
 import csv
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,3 +121,15 @@ def write_csv(path: Path, rows: list[dict]) -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+
+
+def run_peer(script: Path, args: list[str], cwd: Path) -> dict:
+    """A peer script (peers/) run with ``--quiet`` and one OpenMP thread: its one closing JSON
+    line, after asserting it exited 0 and printed nothing else as JSON."""
+    cmd = [sys.executable, str(script), *args, "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [json.loads(s) for s in proc.stdout.splitlines() if s.startswith("{")]
+    assert len(lines) == 1, proc.stdout  # --quiet: only the closing line
+    return lines[0]

@@ -3,13 +3,11 @@ on the reference ``minatar`` package, and its closing JSON line (``long``: tests
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import run_peer
 
 pytest.importorskip("minatar", reason="the MinAtar peer steps the minatar package")
 pytest.importorskip("gymnasium", reason="the MinAtar peer vectorizes with gymnasium")
@@ -19,29 +17,9 @@ PEER = Path(__file__).resolve().parents[2] / "peers" / "cleanrl_minatar_ppo.py"
 
 @pytest.mark.timeout(180)
 def test_peer_runs_and_prints_its_json_line(tmp_path):
-    cmd = [
-        sys.executable,
-        str(PEER),
-        "--game",
-        "breakout",
-        "--total-timesteps",
-        "2048",
-        "--num-envs",
-        "8",
-        "--num-steps",
-        "64",
-        "--seed",
-        "0",
-        "--threads",
-        "1",
-        "--quiet",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    lines = [json.loads(s) for s in proc.stdout.splitlines() if s.startswith("{")]
-    assert len(lines) == 1, proc.stdout  # --quiet: only the closing line
-    out = lines[0]
+    args = ["--game", "breakout", "--total-timesteps", "2048", "--num-envs", "8"]
+    args += ["--num-steps", "64", "--seed", "0", "--threads", "1"]
+    out = run_peer(PEER, args, tmp_path)
     assert out["env_steps"] == 2048 and out["iterations"] == 4  # 8 envs x 64 steps, 4 times
     assert out["wall_s"] > 0 and out["env_steps_per_s"] > 0
     assert out["episodes"] > 0  # Breakout's random-policy games last ~10 steps

@@ -61,29 +61,16 @@ import os
 import random
 import time
 from collections import deque
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn as nn
 from torch.distributions.categorical import Categorical
 
-GAMES = {"breakout": "Breakout-v5", "pong": "Pong-v5"}  # --game -> EnvPool id
+# distrl's EnvPool options and step limit themselves: the same work on both sides
+from distrl.envs.envpool_atari import MAX_EPISODE_STEPS, SETTINGS
 
-SETTINGS: dict[str, Any] = dict(  # distrl's envs/envpool_atari.py SETTINGS, option for option
-    episodic_life=True,
-    reward_clip=True,
-    frame_skip=4,
-    stack_num=4,
-    img_height=84,
-    img_width=84,
-    gray_scale=True,
-    noop_max=30,
-    use_fire_reset=True,
-    repeat_action_probability=0.0,
-    full_action_space=False,
-)
-MAX_EPISODE_STEPS = 27_000  # distrl's (EnvPool's default): 108,000 frames at frame skip 4
+GAMES = {"breakout": "Breakout-v5", "pong": "Pong-v5"}  # --game -> EnvPool id
 
 
 def parse_args() -> argparse.Namespace:

@@ -12,8 +12,8 @@ body, 0.01 on the actor head, 1 on the critic head; input scaled by 1/255; advan
 per minibatch; clipped value loss; LR annealed linearly to 0), written here, not copied. The env
 is one EnvPool pool of ``--num-envs`` copies of ``<Game>-v5`` (``env_type="gymnasium"``: this
 envpool has no ``gym`` to return), stepped synchronously (batch size = num_envs), made with
-exactly distrl's options (``envs/envpool_atari.py``, ``SETTINGS`` and ``MAX_EPISODE_STEPS``):
-CleanRL's ``episodic_life=True, reward_clip=True`` and EnvPool's Atari defaults written out (4
+exactly distrl's options, imported (``envs/envpool_atari.py``, ``SETTINGS``, ``MAX_EPISODE_STEPS``):
+CleanRL's ``episodic_life=True, reward_clip=True`` and EnvPool's Atari defaults spelled out (4
 frames skipped, max-pooled over the last two; 84x84 grayscale; 4 frames stacked; up to 30
 no-ops and FIRE at reset; no sticky actions; the minimal action set; 27,000 steps per game).
 EnvPool's worker threads: one per env, at most the CPUs this process may run on, as distrl.

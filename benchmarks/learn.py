@@ -25,7 +25,7 @@ import numpy as np
 
 from benchmarks import common
 from benchmarks.runs import per_rank_envs, quiet_train_args, run_training
-from benchmarks.solve import DEFAULT_TARGETS, time_to_target
+from benchmarks.solve import DEFAULT_TARGETS, return_at, time_to_target
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,9 @@ class LearnArgs:
     """Envs in total (strong) or per rank (weak); default: the task's own."""
     iterations: int | None = None
     """Training iterations per run; default: the task's own."""
+    marks: tuple[int, ...] = ()
+    """Env-step marks, e.g. --marks 5000000 10000000: each run's return at each (the mean of its
+    iteration records in the last 2 % of steps before the mark) and the median over seeds."""
     tolerance: float = 0.05
     """W>1 learns as well if its median final return is within this fraction of |target| of
     W=1's (or better), or it reaches the target in at least as many seeds."""
@@ -111,6 +114,7 @@ class Plan:
     envs: dict[int, int]
     """Envs per rank at each world size."""
     extra: list[str]
+    marks: tuple[int, ...] = ()
 
 
 def learn(a: LearnArgs) -> list[dict]:
@@ -145,14 +149,33 @@ def make_plan(a: LearnArgs) -> Plan:
     for w in worlds:
         envs[w] = per_rank_envs(envs_arg, w, a.mode)
         validate(dataclasses.replace(base, env=dataclasses.replace(base.env, num_envs=envs[w])))
+    iterations = a.iterations or base.agent.max_iterations
+    extra = common.split_extra(a.extra)
+    if "--agent.num-steps" not in extra:
+        check_marks(a.marks, {w: iterations * w * envs[w] * base.agent.num_steps for w in worlds})
     return Plan(
         task=task.name,
         worlds=worlds,
         target=target,
-        iterations=a.iterations or base.agent.max_iterations,
+        iterations=iterations,
         envs=envs,
-        extra=common.split_extra(a.extra),
+        extra=extra,
+        marks=tuple(a.marks),
     )
+
+
+def check_marks(marks: tuple[int, ...], budgets: dict[int, int]) -> None:
+    """Every mark within every world size's budget of env steps, or a ValueError naming both."""
+    for m in marks:
+        if m <= 0:
+            raise ValueError(f"--marks must be positive env-step counts; got {m}")
+        short = {w: b for w, b in budgets.items() if b < m}
+        if short:
+            raise ValueError(
+                f"mark {m:,} lies beyond the env steps of "
+                + ", ".join(f"W={w} ({b:,})" for w, b in short.items())
+                + ": raise --iterations or lower the mark"
+            )
 
 
 def announce(a: LearnArgs, plan: Plan) -> None:
@@ -227,7 +250,12 @@ def run_row(plan: Plan, w: int, seed: int, recs: list[dict]) -> dict:
         "final_return": recs[-1].get("episode_return_mean") if recs else None,
         "wall_time_s": recs[-1]["wall_time"],
         "env_steps": recs[-1]["env_steps"],
+        **{mark_column(m): return_at(recs, m) for m in plan.marks},
     }
+
+
+def mark_column(mark: int) -> str:
+    return f"return_at_{mark:g}"
 
 
 def iteration_rows(w: int, seed: int, recs: list[dict]) -> list[dict]:
@@ -259,6 +287,10 @@ def summarize(a: LearnArgs, plan: Plan, per_run: list[dict]) -> list[dict]:
                 **summarize_times([r["time_to_target_s"] for r in runs]),
                 "median_steps": common.median([r["steps_to_target"] for r in runs]),
                 "median_final_return": common.median([r["final_return"] for r in runs]),
+                **{
+                    f"median_{mark_column(m)}": common.median([r[mark_column(m)] for r in runs])
+                    for m in plan.marks
+                },
             }
         )
     base_row = next((r for r in summary if r["W"] == 1), None)
@@ -321,6 +353,7 @@ def print_results(a: LearnArgs, plan: Plan, summary: list[dict], out: Path) -> N
             ("T_1/T_W", "speedup_ttt"),
             ("steps", "median_steps"),
             ("final return", "median_final_return"),
+            *((f"at {m:,}", f"median_{mark_column(m)}") for m in plan.marks),
             ("as well?", "learns_as_well"),
         ],
     )

@@ -15,7 +15,9 @@ from benchmarks.runs import PYTHON_CLI, quiet_train_args
 from distrl.telemetry import read_metrics
 
 # task -> target return: Gymnasium's own thresholds where it defines one; for the MuJoCo tasks
-# CleanRL's published PPO mean return after 1M steps (ppo_continuous_action, its docs' table)
+# CleanRL's published PPO mean return after 1M steps (ppo_continuous_action, its docs' table);
+# for MinAtar the returns of gymnax's PPO checkpoints after 10M steps (its README: an MLP
+# policy, no sticky actions; it lists none for Seaquest)
 DEFAULT_TARGETS = {
     "cartpole": 475.0,
     "gym:CartPole-v1": 475.0,
@@ -25,6 +27,10 @@ DEFAULT_TARGETS = {
     "halfcheetah": 1442.0,
     "hopper": 2383.0,
     "walker2d": 2288.0,
+    "minatar-asterix": 15.0,
+    "minatar-breakout": 28.0,
+    "minatar-freeway": 58.0,
+    "minatar-space-invaders": 131.0,
 }
 
 
@@ -52,6 +58,23 @@ def first_at_target(records: list[dict], target: float) -> dict | None:
         if ret is not None and ret >= target:
             return r
     return None
+
+
+def return_at(records: list[dict], mark: int, window: float = 0.02) -> float | None:
+    """The return at ``mark`` env steps: the mean of ``episode_return_mean`` over the iteration
+    records whose env steps lie in the last ``window`` of the mark (``mark * (1 - window)`` to
+    ``mark``); when none lies there (iterations larger than the window), the last record before
+    the mark. None when the run logged no return by then, or ended before the window."""
+    lo = mark * (1.0 - window)
+    if not records or records[-1]["env_steps"] < lo:
+        return None
+    known = [
+        r for r in records if r["env_steps"] <= mark and r.get("episode_return_mean") is not None
+    ]
+    if not known:
+        return None
+    vals = [float(r["episode_return_mean"]) for r in known if r["env_steps"] >= lo]
+    return statistics.fmean(vals) if vals else float(known[-1]["episode_return_mean"])
 
 
 def time_to_target(records: list[dict], target: float) -> tuple[float | None, int | None]:

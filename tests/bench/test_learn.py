@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.learn import learns_as_well, median_curve, summarize_times, time_to_target
+from benchmarks.learn import (
+    check_marks,
+    learns_as_well,
+    median_curve,
+    return_at,
+    summarize_times,
+    time_to_target,
+)
 
 
 def _recs(returns, dt=2.0, steps=100):
@@ -50,3 +57,21 @@ def test_learns_as_well_rule():
     assert not learns_as_well(base, {"median_final_return": 470.0, "reached": 2}, 475.0, tol)
     assert learns_as_well(base, {"median_final_return": 300.0, "reached": 3}, 475.0, tol)
     assert learns_as_well(base, {"median_final_return": None, "reached": 0}, 475.0, tol) is None
+
+
+def test_return_at_averages_the_records_just_before_the_mark():
+    recs = _recs([1.0, None, 3.0, 5.0, 7.0], steps=100)  # env steps 100..500
+    assert return_at(recs, 400, window=0.25) == pytest.approx(4.0)  # 300 and 400, not 500
+    assert return_at(recs, 250, window=0.25) == 1.0  # none in [187, 250] with a return: 100's
+    assert return_at(recs, 420, window=0.01) == 5.0  # iterations coarser than the window
+    assert return_at(recs, 1000) is None  # the run ended before the mark
+    assert return_at(recs, 50) is None  # nothing logged by then
+    assert return_at(recs, 500, window=0.0) == 7.0
+
+
+def test_marks_beyond_the_budget_are_refused_naming_it():
+    check_marks((5_000_000,), {1: 5_000_000, 2: 10_000_000})
+    with pytest.raises(ValueError, match=r"mark 10,000,000 lies beyond .*W=1 \(5,000,000\)"):
+        check_marks((10_000_000,), {1: 5_000_000, 2: 10_000_000})
+    with pytest.raises(ValueError, match="positive"):
+        check_marks((0,), {1: 10})

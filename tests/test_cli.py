@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -160,3 +161,49 @@ def test_version_is_the_package_s():
     with contextlib.redirect_stdout(out):
         assert main(["--version"]) == 0
     assert out.getvalue().strip() == f"distrl {__version__}"
+
+
+def test_play_and_export_load_a_run_of_a_task_that_import_registers(capsys, tmp_path):
+    """A task of the user's own module (``register_task``) trains with ``--import MODULE``; its
+    run plays and exports with the same flag, and without it the error names the flag."""
+    import tests.fixtures.slow  # noqa: F401 (registers slow-cartpole here, for the training)
+
+    run_dir = tmp_path / "run"
+    code, out, err = run_main(
+        [
+            "train",
+            "slow-cartpole",
+            *SMALL,
+            "--agent.max-iterations",
+            "2",
+            "--run-dir",
+            str(run_dir),
+        ],
+        capsys,
+    )
+    assert code == 0, out + err
+    root = Path(__file__).resolve().parents[1]  # where `tests.fixtures.slow` imports from
+
+    def distrl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(BIN / "distrl"), *args], cwd=root, capture_output=True, text=True, timeout=60
+        )
+
+    bare = distrl("play", str(run_dir), "--episodes", "2")
+    assert bare.returncode == 2 and "unknown task 'slow-cartpole'" in bare.stderr, bare.stderr
+    assert "--import MODULE" in bare.stderr
+    played = distrl("play", "--import", "tests.fixtures.slow", str(run_dir), "--episodes", "2")
+    assert played.returncode == 0 and "slow-cartpole: 2 episodes, return" in played.stdout, (
+        played.stdout + played.stderr
+    )
+    exported = distrl(
+        "export",
+        str(run_dir),
+        "--import=tests.fixtures.slow",
+        "--format",
+        "torchscript",
+        "--output",
+        str(tmp_path / "policy.pt"),
+    )
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    assert (tmp_path / "policy.pt").is_file()

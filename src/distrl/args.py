@@ -222,6 +222,15 @@ def import_modules(names: list[str]) -> None:
             ) from e
 
 
+def take_imports(argv: list[str]) -> list[str]:
+    """Import the modules every ``--import MODULE`` names (``import_modules``) and return argv
+    without those flags: what ``play`` and ``export`` do before they parse, so that a run of a
+    task registered by the user's module can be loaded again."""
+    modules, rest = _take_import_flags(list(argv))
+    import_modules(modules)
+    return rest
+
+
 def parse_train_args(argv: list[str]) -> TrainConfig:
     """Task first, then tyro overrides on the task's defaults. Raises ValueError on bad input.
     ``--config PATH`` (a run's config.yaml) replaces the task's defaults by that run's config;
@@ -229,8 +238,7 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
     tasks it registers (``distrl.register_task``)."""
     from distrl.envs.registry import get_task
 
-    modules, argv = _take_import_flags(list(argv))
-    import_modules(modules)
+    argv = take_imports(argv)
     config_path, argv = _take_config_flag(argv)
     if config_path is not None:
         # The command line's task first: it may import a gym:<module>:<Id>'s module, the file not

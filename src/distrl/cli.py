@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 from distrl import interrupts
-from distrl.args import IMPORTED, default_run_dir, parse_flags, parse_train_args
+from distrl.args import IMPORTED, default_run_dir, parse_flags, parse_train_args, take_imports
 
 USAGE = """usage: distrl <command> ...
 
@@ -31,7 +31,8 @@ commands:
                               import MODULE first (in every rank too): your own
                               tasks, registered with distrl.register_task
   play <run-dir|checkpoint>   run the deterministic policy and print mean ± std return;
-                              --video out.mp4 records one episode
+                              --video out.mp4 records one episode; --import MODULE
+                              for a task of your own, as in train
   export <run-dir|checkpoint> [--format onnx|torchscript] [--output FILE]
                               the deterministic actor, normalizer baked in, checked
                               against the checkpoint (docs/export.md)
@@ -137,7 +138,7 @@ def play_main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        play(parse_flags(PlayArgs, argv, "play"))
+        play(parse_flags(PlayArgs, take_imports(argv), "play"))
     except (ValueError, ImportError, RenderUnavailable) as e:  # each names its fix
         return _fail(str(e))
     return 0
@@ -147,7 +148,7 @@ def export_main(argv: list[str]) -> int:
     from distrl.exporting import ExportArgs, ParityError, describe, export_policy
 
     try:
-        args = parse_flags(ExportArgs, argv, "distrl export")
+        args = parse_flags(ExportArgs, take_imports(argv), "distrl export")
         result = export_policy(args.path, args.format, args.output, check=args.check)
     except ParityError as e:  # a file was made and disagreed: a failure, not a usage mistake
         return _fail(str(e), 1)

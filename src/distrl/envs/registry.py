@@ -846,7 +846,8 @@ def get_task(name: str) -> Task:
     hint = f" Did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
     raise ValueError(
         f"unknown task {name!r}.{hint} Run `distrl list` for every task, or use gym:<Id> for a "
-        f"Gymnasium environment."
+        f"Gymnasium environment; a task your own module registers needs `--import MODULE` "
+        f"(train, play and export take it)."
     )
 
 

@@ -5,7 +5,8 @@ Every (W, seed) trains to completion. From rank 0's ``metrics.jsonl``: the first
 which ``episode_return_mean`` (last 100 episodes, all ranks) reaches the target, and the final
 return. Reported per W: median time to target over seeds (a seed that never reaches it counts as
 infinitely slow), min/max over the seeds that did, S_ttt(W) = T_1 / T_W, the median final
-return, and curves of return vs env steps and vs wall-clock.
+return, with ``--marks`` the median return at those env steps (``solve.return_at``), and curves
+of return vs env steps and vs wall-clock.
 
 The default mode is ``strong`` (global batch fixed, envs divided among ranks): the same
 optimization problem at every W, so a difference in learning is the system's, not the batch's.

@@ -151,6 +151,27 @@ def test_metrics_append_across_resume(tmp_path: Path) -> None:
     assert clean[2]["episode_return_mean"] == 3.0  # the resumed run's record wins
 
 
+def test_a_writer_that_takes_over_knows_the_newest_whole_record(tmp_path: Path, monkeypatch):
+    """``last_iteration`` on opening an existing metrics.jsonl: the newest whole record's,
+    past a half-written last line, and from the tail alone when the file is long."""
+    assert Telemetry().last_iteration is None  # the null object logs nothing
+    with make(tmp_path)[0] as tel:
+        assert tel.last_iteration is None  # a new file
+        for it in range(1, 4):
+            tel.log(record(it))
+        assert tel.last_iteration == 3
+    with (tmp_path / "run" / "metrics.jsonl").open("a") as f:
+        f.write('{"iteration": 4, "env_st')  # the writer died mid-line
+    with make(tmp_path)[0] as tel:
+        assert tel.last_iteration == 3
+    monkeypatch.setattr("distrl.telemetry.TAIL_BYTES", 600)  # two records and a bit
+    with make(tmp_path)[0] as tel:
+        assert tel.last_iteration == 3
+        tel.log(record(5))
+    with make(tmp_path)[0] as tel:
+        assert tel.last_iteration == 5
+
+
 def test_tensorboard_event_file(tmp_path: Path) -> None:
     tel, _ = make(tmp_path, tensorboard=True)
     tel.log(record(1))

@@ -162,6 +162,27 @@ def _fmt_return(value: Any) -> str:
     return "n/a" if value is None else f"{value:.1f}"
 
 
+TAIL_BYTES = 1 << 16
+"""How much of an existing metrics.jsonl is read for its newest record (records are ~2 KB)."""
+
+
+def _last_iteration(tail: bytes, whole: bool) -> int | None:
+    """The iteration of the newest whole record in the last bytes of a metrics.jsonl (``whole``:
+    they are the whole file); a half-written last line, or a first line the window cut, does
+    not count."""
+    lines = tail.split(b"\n")[:-1]  # the last is empty, or a line not finished
+    if not whole:
+        lines = lines[1:]
+    for raw in reversed(lines):
+        try:
+            rec = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("iteration"), int):
+            return int(rec["iteration"])
+    return None
+
+
 def read_metrics(path: Path | str, *, dedupe: bool = True) -> list[dict]:
     """Records of a ``metrics.jsonl`` file (or of the run directory holding one), in order.
 
@@ -219,6 +240,10 @@ class Telemetry:
     run_dir: Path | None = None
     start_iteration: int = 0
     """Iterations already completed when this run started (a resume); the bar starts there."""
+    last_iteration: int | None = None
+    """The iteration of the newest whole record in ``metrics.jsonl`` (read from the file's
+    tail when it is opened, so a process that takes over writing knows what its predecessor
+    logged); None: none yet."""
 
     @classmethod
     def create(
@@ -412,9 +437,12 @@ class _ActiveTelemetry(Telemetry):
         # damage stays confined to that one (skipped by read_metrics).
         needs_newline = False
         if path.exists() and path.stat().st_size > 0:
+            size = path.stat().st_size
             with path.open("rb") as tail:
-                tail.seek(-1, os.SEEK_END)
-                needs_newline = tail.read(1) != b"\n"
+                tail.seek(-min(size, TAIL_BYTES), os.SEEK_END)
+                data = tail.read()
+            needs_newline = not data.endswith(b"\n")
+            self.last_iteration = _last_iteration(data, whole=size <= TAIL_BYTES)
         # Line-buffered append: every record reaches the OS as soon as it is written, so a
         # crash loses nothing already logged, and a resumed run continues the same file.
         f = path.open("a", encoding="utf-8", buffering=1)
@@ -431,6 +459,8 @@ class _ActiveTelemetry(Telemetry):
         assert self._metrics is not None
         self._metrics.write(json.dumps(rec, allow_nan=False) + "\n")
         self._last = rec
+        if isinstance(rec.get("iteration"), int):
+            self.last_iteration = rec["iteration"]
 
         step = rec.get("env_steps")
         if not isinstance(step, int):

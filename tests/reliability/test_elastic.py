@@ -160,6 +160,19 @@ def test_a_lost_writer_hands_the_metrics_and_checkpoints_over(tmp_path):
         assert (tmp_path / "run" / "checkpoints" / f"ckpt_{it:08d}.pt").exists()
 
 
+@pytest.mark.timeout(120)
+def test_a_writer_lost_after_its_update_leaves_no_iteration_unrecorded(tmp_path):
+    """Slot 0 dies after iteration 6's update, before it logs it: the survivors hold iteration
+    6 (their updates completed), and the new writer records it from the state they agreed."""
+    code, out = finish(elastic_train(tmp_path, "0:6:KILL:after", 12), 100)
+    assert code == 0, out[-4000:]
+    recs = records(tmp_path)
+    assert [r["iteration"] for r in recs] == list(range(1, 13))
+    assert [r["dist/members"] for r in recs] == [4] * 7 + [3] * 5
+    assert_replicas_identical(tmp_path)
+    assert_exact_env_steps(recs)
+
+
 def test_elastic_outside_its_launcher_is_refused_naming_the_command():
     cfg = dataclasses.replace(TrainConfig(), dist=DistConfig(strategy="elastic"))
     ctx = DistContext(0, 0, 2, 2, torch.device("cpu"), "gloo")

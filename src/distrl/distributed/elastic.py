@@ -45,6 +45,7 @@ import contextlib
 import copy
 import datetime
 import io
+import json
 import os
 import sys
 import threading
@@ -59,6 +60,7 @@ from distrl.distributed.allreduce import AllReduceStrategy
 from distrl.distributed.base import Agreed
 from distrl.distributed.context import DistContext
 from distrl.distributed.liveness import PeerFailure, RankDropped
+from distrl.telemetry import to_jsonable
 
 if TYPE_CHECKING:
     from distrl.runner.base import Runner
@@ -509,6 +511,8 @@ class ElasticAllReduce(AllReduceStrategy):
                     raise
         if self.is_main and not was_writer:  # the writer was lost: this process writes now
             runner.take_over_writing()
+        if self.is_main:  # an iteration kept whose writer died, or rolled back, before logging
+            runner.log_held_iteration()
         runner.strategy.take_times()
         what = ", ".join(f"slot {m.slot} (pid {m.pid})" for m in lost) or "none"
         runner.message(
@@ -544,12 +548,14 @@ class ElasticAllReduce(AllReduceStrategy):
 
 def _snapshot(runner: Runner) -> dict[str, Any]:
     """Everything the members hold alike: weights, the algorithm's state (optimizer,
-    normalizers), the iteration and the env-step count (copies)."""
+    normalizers), the iteration, the env-step count (copies) and that iteration's record (as
+    JSON: a writer that did not log it logs it from here)."""
     state = {
         "policy": runner.policy.state_dict(),
         **runner.algorithm_state(),
         "iteration": runner.iteration,
         "env_steps": runner.env_steps,
+        "record": json.dumps(to_jsonable(runner.last_record)),
     }
     copied: dict[str, Any] = _copy(state)
     return copied
@@ -571,6 +577,7 @@ def _restore(runner: Runner, state: dict[str, Any]) -> None:
     runner.policy.load_state_dict(state["policy"])
     runner.load_algorithm_state(state)
     runner.iteration = int(state["iteration"])
+    runner.last_record = json.loads(state["record"])
 
 
 _membership: Membership | None = None

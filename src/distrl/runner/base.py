@@ -83,6 +83,7 @@ class Runner(ABC):
         self.evaluator: Evaluator | None = None  # built on the main rank at the first due eval
         self.last_checkpoint: Path | None = None  # the newest this process wrote
         self.stop_request: str | None = None  # why a hook of this process asked to stop
+        self.last_record: dict[str, Any] | None = None  # the newest iteration's, on every rank
 
     # ---- the algorithm plug-in ----------------------------------------------------------------
     @abstractmethod
@@ -202,6 +203,7 @@ class Runner(ABC):
         self.iteration += 1
         steps = self.env_steps - steps_before
         record = self.record(time.perf_counter() - t0, metrics, steps, t_rollout, comm, sync)
+        self.last_record = record
         self.log(record)
         if self.checkpoint_due():
             self.checkpoint(record["wall_time"], metrics.get("train/skipped_updates", 0))
@@ -281,6 +283,17 @@ class Runner(ABC):
             return
         self.tel = self.open_sinks()
         self.message(f"writer: this process writes the run from iteration {self.iteration} on")
+
+    def log_held_iteration(self) -> None:
+        """On the writer: log the record of the iteration this process holds if the sinks have
+        none for it (elastic: the members kept an iteration whose writer, or whose records,
+        were lost before it logged it; ``last_record`` came with the state they agreed)."""
+        rec, logged = self.last_record, self.tel.last_iteration
+        if not self.tel.enabled or rec is None or rec.get("iteration") != self.iteration:
+            return
+        if logged is None or logged < self.iteration:
+            self.tel.log(rec)
+            self.message(f"writer: logged iteration {self.iteration}, which its writer had not")
 
     def evaluate_into(self, record: dict[str, Any]) -> None:
         """``--eval.interval``: add the eval/* metrics to ``record`` when due, and keep a new

@@ -152,8 +152,8 @@ def make_plan(a: LearnArgs) -> Plan:
         validate(dataclasses.replace(base, env=dataclasses.replace(base.env, num_envs=envs[w])))
     iterations = a.iterations or base.agent.max_iterations
     extra = common.split_extra(a.extra)
-    if "--agent.num-steps" not in extra:
-        check_marks(a.marks, {w: iterations * w * envs[w] * base.agent.num_steps for w in worlds})
+    steps = flag_value(extra, "--agent.num-steps", base.agent.num_steps)
+    check_marks(a.marks, {w: iterations * w * envs[w] * steps for w in worlds})
     return Plan(
         task=task.name,
         worlds=worlds,
@@ -163,6 +163,17 @@ def make_plan(a: LearnArgs) -> Plan:
         extra=extra,
         marks=tuple(a.marks),
     )
+
+
+def flag_value(args: list[str], flag: str, default: int) -> int:
+    """The last value ``args`` give ``flag`` (``--flag N`` or ``--flag=N``), else ``default``."""
+    value = default
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = int(args[i + 1])
+        elif arg.startswith(flag + "="):
+            value = int(arg.split("=", 1)[1])
+    return value
 
 
 def check_marks(marks: tuple[int, ...], budgets: dict[int, int]) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from benchmarks.learn import (
     check_marks,
+    flag_value,
     learns_as_well,
     median_curve,
     return_at,
@@ -75,3 +76,11 @@ def test_marks_beyond_the_budget_are_refused_naming_it():
         check_marks((10_000_000,), {1: 5_000_000, 2: 10_000_000})
     with pytest.raises(ValueError, match="positive"):
         check_marks((0,), {1: 10})
+
+
+def test_the_budget_reads_the_rollout_length_from_extra_in_either_spelling():
+    flag = "--agent.num-steps"
+    assert flag_value(["--agent.learning-rate", "3e-4"], flag, 128) == 128
+    assert flag_value([flag, "64"], flag, 128) == 64
+    assert flag_value([f"{flag}=32", "--seed", "1"], flag, 128) == 32
+    assert flag_value([flag, "64", f"{flag}=16"], flag, 128) == 16  # the last wins, as in tyro

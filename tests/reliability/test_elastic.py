@@ -160,6 +160,7 @@ def test_a_lost_writer_hands_the_metrics_and_checkpoints_over(tmp_path):
         assert (tmp_path / "run" / "checkpoints" / f"ckpt_{it:08d}.pt").exists()
 
 
+@pytest.mark.long  # (make test keeps the lost-writer test above; this one's window runs in CI)
 @pytest.mark.timeout(120)
 def test_a_writer_lost_after_its_update_leaves_no_iteration_unrecorded(tmp_path):
     """Slot 0 dies after iteration 6's update, before it logs it: the survivors hold iteration

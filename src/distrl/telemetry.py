@@ -436,8 +436,8 @@ class _ActiveTelemetry(Telemetry):
         # A crash mid-write can leave a partial last line; start ours on a fresh line so the
         # damage stays confined to that one (skipped by read_metrics).
         needs_newline = False
-        if path.exists() and path.stat().st_size > 0:
-            size = path.stat().st_size
+        size = path.stat().st_size if path.exists() else 0
+        if size > 0:
             with path.open("rb") as tail:
                 tail.seek(-min(size, TAIL_BYTES), os.SEEK_END)
                 data = tail.read()

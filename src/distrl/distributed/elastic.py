@@ -527,7 +527,8 @@ class ElasticAllReduce(AllReduceStrategy):
         if self.rank == src:
             buf = io.BytesIO()
             counts = torch.tensor([self.failures, self.joins])  # the run's, not this process's
-            torch.save({**_snapshot(runner), "elastic/counts": counts}, buf)
+            record = json.dumps(to_jsonable(runner.last_record))  # a writer may lack it
+            torch.save({**_snapshot(runner), "record": record, "elastic/counts": counts}, buf)
             data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
             size = torch.tensor([data.numel()], dtype=torch.int64)
         else:
@@ -539,6 +540,7 @@ class ElasticAllReduce(AllReduceStrategy):
         if self.rank != src:
             state = torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=True)
             self.failures, self.joins = map(int, state.pop("elastic/counts").tolist())
+            state["record"] = json.loads(state["record"])
             _restore(runner, state)
 
     def finish(self) -> None:
@@ -548,16 +550,16 @@ class ElasticAllReduce(AllReduceStrategy):
 
 def _snapshot(runner: Runner) -> dict[str, Any]:
     """Everything the members hold alike: weights, the algorithm's state (optimizer,
-    normalizers), the iteration, the env-step count (copies) and that iteration's record (as
-    JSON: a writer that did not log it logs it from here)."""
+    normalizers), the iteration and the env-step count (copies), and that iteration's record
+    (as it is: logged, it no longer changes)."""
     state = {
         "policy": runner.policy.state_dict(),
         **runner.algorithm_state(),
         "iteration": runner.iteration,
         "env_steps": runner.env_steps,
-        "record": json.dumps(to_jsonable(runner.last_record)),
     }
     copied: dict[str, Any] = _copy(state)
+    copied["record"] = runner.last_record
     return copied
 
 
@@ -577,7 +579,7 @@ def _restore(runner: Runner, state: dict[str, Any]) -> None:
     runner.policy.load_state_dict(state["policy"])
     runner.load_algorithm_state(state)
     runner.iteration = int(state["iteration"])
-    runner.last_record = json.loads(state["record"])
+    runner.last_record = state["record"]
 
 
 _membership: Membership | None = None

@@ -79,6 +79,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--total-timesteps", type=int, default=10_000_000, help="agent steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--device", default="cpu", help="where the network and the batch live")
     p.add_argument("--num-envs", type=int, default=8)
     p.add_argument("--num-steps", type=int, default=128)
     p.add_argument("--update-epochs", type=int, default=4)
@@ -219,24 +220,25 @@ def main() -> None:
 
     envs = AtariPool(GAMES[args.game], args.num_envs, args.seed)
     obs_shape = envs.obs_shape
-    agent = Agent(obs_shape, envs.num_actions)
+    dev = torch.device(args.device)
+    agent = Agent(obs_shape, envs.num_actions).to(dev)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # rollout storage (frames as uint8)
     T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8)
-    actions = torch.zeros((T, N), dtype=torch.long)
-    logprobs = torch.zeros((T, N))
-    rewards = torch.zeros((T, N))
-    dones = torch.zeros((T, N))
-    values = torch.zeros((T, N))
+    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=dev)
+    actions = torch.zeros((T, N), dtype=torch.long, device=dev)
+    logprobs = torch.zeros((T, N), device=dev)
+    rewards = torch.zeros((T, N), device=dev)
+    dones = torch.zeros((T, N), device=dev)
+    values = torch.zeros((T, N), device=dev)
 
     scores = GameScores(N)
     global_step = 0
     rollout_s = update_s = 0.0  # the two phases' time, beside distrl's time/rollout, time/learn
     start_time = time.perf_counter()
-    next_obs = torch.from_numpy(envs.reset())
-    next_done = torch.zeros(N)
+    next_obs = torch.from_numpy(envs.reset()).to(dev)
+    next_done = torch.zeros(N, device=dev)
 
     for iteration in range(1, args.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / args.num_iterations
@@ -253,15 +255,15 @@ def main() -> None:
             actions[step] = action
             logprobs[step] = logprob
 
-            next_np, reward, terminated, truncated, final_np, info = envs.step(action.numpy())
-            rewards[step] = torch.from_numpy(reward.astype(np.float32))
+            next_np, reward, terminated, truncated, final_np, info = envs.step(action.cpu().numpy())
+            rewards[step] = torch.from_numpy(reward.astype(np.float32)).to(dev)
             cut = truncated & ~terminated
             if cut.any():  # a time limit, not an end: bootstrap from V(final obs), as distrl
                 with torch.no_grad():
-                    v_final = agent.get_value(torch.from_numpy(final_np[cut])).flatten()
-                rewards[step, torch.from_numpy(np.flatnonzero(cut))] += args.gamma * v_final
-            next_obs = torch.from_numpy(next_np)
-            next_done = torch.from_numpy((terminated | truncated).astype(np.float32))
+                    v_final = agent.get_value(torch.from_numpy(final_np[cut]).to(dev)).flatten()
+                rewards[step, torch.from_numpy(np.flatnonzero(cut)).to(dev)] += args.gamma * v_final
+            next_obs = torch.from_numpy(next_np).to(dev)
+            next_done = torch.from_numpy((terminated | truncated).astype(np.float32)).to(dev)
             # whole games: info["terminated"] is the game's end under episodic life
             scores.add(info["reward"], info["terminated"].astype(bool) | truncated)
         t1 = time.perf_counter()
@@ -271,7 +273,7 @@ def main() -> None:
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
             advantages = torch.zeros_like(rewards)
-            lastgaelam = torch.zeros(N)
+            lastgaelam = torch.zeros(N, device=dev)
             for t in reversed(range(T)):
                 if t == T - 1:
                     nextnonterminal, nextvalues = 1.0 - next_done, next_value
@@ -293,7 +295,7 @@ def main() -> None:
         for _epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             for start in range(0, args.batch_size, args.minibatch_size):
-                mb = torch.as_tensor(b_inds[start : start + args.minibatch_size])
+                mb = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=dev)
                 _, newlogprob, entropy, newvalue = agent.get_action_and_value(
                     b_obs[mb], b_actions[mb]
                 )
@@ -319,6 +321,8 @@ def main() -> None:
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
+        if dev.type == "cuda":  # the queued kernels belong to the update's time
+            torch.cuda.synchronize(dev)
         update_s += time.perf_counter() - t1
 
         if not args.quiet:
@@ -347,6 +351,7 @@ def main() -> None:
                 "env_id": GAMES[args.game],
                 "seed": args.seed,
                 "threads": args.threads,
+                "device": args.device,
                 "envpool_threads": envs.num_threads,
                 "iterations": args.num_iterations,
                 "env_steps": global_step,

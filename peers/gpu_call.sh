@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call of the GPU session on a bare machine with CUDA torch and no package index:
 # installs the wheels carried in .whl (gymnasium, tyro, rsl_rl and their pure deps), puts
-# distrl's checkout on the path with `distrl`/`train`/`play` shims, then runs gpu_session.sh's
-# parts, each under its own time limit so one failure leaves time for the rest.
+# distrl's checkout (and .envpool, EnvPool for Atari, when carried) on the path with
+# `distrl`/`train`/`play` shims, then runs gpu_session.sh's parts, each under its own time
+# limit so one failure leaves time for the rest. peers/gpu_carry.sh builds .whl and .envpool.
 #
 #   bash peers/gpu_call.sh OUT_DIR part:seconds ...
 set -uo pipefail
@@ -11,6 +12,7 @@ shift
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1
+[ -d .envpool ] && PYTHONPATH=$PYTHONPATH:$PWD/.envpool
 mkdir -p /tmp/bin "$out"
 for c in distrl train play; do
     fn=main

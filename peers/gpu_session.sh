@@ -3,7 +3,7 @@
 # torch installed (distrl and the peers' packages on PYTHONPATH or installed):
 #
 #   bash peers/gpu_session.sh OUT_DIR [part ...]
-#     parts: smoke cuda throughput peer solve tests pixels recurrent minatar
+#     parts: smoke cuda throughput peer solve tests pixels recurrent minatar atari
 #
 # Writes OUT_DIR/<part>.log and the benches' CSVs; prints a short table at the end of each part.
 set -uo pipefail
@@ -77,6 +77,19 @@ minatar() {  # MinAtar Breakout to 10M env steps on one GPU, defaults but the en
         --agent.total-timesteps "${STEPS_TOTAL:-10000000}" --run-dir "$out/runs/breakout" \
         --progress False --tensorboard False
     tail -n 1 "$out/runs/breakout/metrics.jsonl"
+}
+
+atari() {  # the CleanRL-style peer's speed on this GPU (Pong, 65,536 agent steps), then Atari
+    # Pong from 2 ranks on the one GPU to a return of 18 with CleanRL's settings (8 envs per
+    # rank, the 10M-step LR schedule): both ranks on cuda:0 talk through Gloo (NCCL refuses two
+    # ranks on one device). A run that the part's time limit stopped resumes on the next call.
+    $py peers/cleanrl_atari_envpool_ppo.py --game pong --total-timesteps 65536 --seed 0 \
+        --device cuda --quiet
+    distrl train atari-pong --nproc 2 --device cuda:0 --dist.backend gloo \
+        --env.num-envs "${ATARI_ENVS:-8}" --agent.total-timesteps 10000000 \
+        --agent.target-return 18 --run-dir "$out/runs/pong" --resume auto --progress False \
+        --tensorboard False
+    tail -n 1 "$out/runs/pong/metrics.jsonl"
 }
 
 cuda() {  # the device, the CUDA tests, the golden run (CPU-pinned) under this torch

@@ -163,15 +163,21 @@ def test_a_lost_writer_hands_the_metrics_and_checkpoints_over(tmp_path):
 @pytest.mark.long  # (make test keeps the lost-writer test above; this one's window runs in CI)
 @pytest.mark.timeout(120)
 def test_a_writer_lost_after_its_update_leaves_no_iteration_unrecorded(tmp_path):
-    """Slot 0 dies after iteration 6's update, before it logs it: the survivors hold iteration
-    6 (their updates completed), and the new writer records it from the state they agreed."""
-    code, out = finish(elastic_train(tmp_path, "0:6:KILL:after", 12), 100)
+    """Slot 0 dies after iteration 7's update, before it logs and checkpoints it: the
+    survivors hold iteration 7 (their updates completed), and the new writer records it and
+    writes its checkpoint, which was due, from the state they agreed."""
+    faults = elastic_train(tmp_path, "0:6:KILL:after", 12, ["--agent.save-interval", "7"])
+    code, out = finish(faults, 100)
     assert code == 0, out[-4000:]
     recs = records(tmp_path)
     assert [r["iteration"] for r in recs] == list(range(1, 13))
     assert [r["dist/members"] for r in recs] == [4] * 7 + [3] * 5
     assert_replicas_identical(tmp_path)
     assert_exact_env_steps(recs)
+    saved = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))
+    assert saved == ["ckpt_00000007.pt", "ckpt_00000012.pt"], (saved, out[-3000:])
+    state = torch.load(tmp_path / "run" / "checkpoints" / "ckpt_00000007.pt", weights_only=False)
+    assert state["iteration"] == 7 and state["env_steps"] == recs[6]["env_steps"]
 
 
 def test_elastic_outside_its_launcher_is_refused_naming_the_command():

@@ -520,7 +520,20 @@ class ElasticAllReduce(AllReduceStrategy):
             f"on from epoch {self.membership.epoch} in {time.perf_counter() - t0:.2f} s "
             f"({str(error).splitlines()[0][:160]})"
         )
+        try:
+            self._checkpoint_held(runner)
+        except PeerFailure as again:  # another member lost while saving: survive that too
+            return self._survive(runner, _snapshot(runner), again)
         return {}
+
+    def _checkpoint_held(self, runner: Runner) -> None:
+        """The held iteration's checkpoint, where one was due (its interval, or the run's
+        end): the writer may have died before or while it wrote it. Every member takes part,
+        as in the iteration; where the checkpoint had been written, it is written again."""
+        rec = runner.last_record
+        if rec is None or rec.get("iteration") != runner.iteration or not runner.checkpoint_due():
+            return
+        runner.checkpoint(float(rec["wall_time"]), int(rec.get("train/skipped_updates") or 0))
 
     def _sync_state(self, runner: Runner, src: int) -> None:
         """Member ``src``'s learner state to every member (one broadcast of its bytes)."""

@@ -95,12 +95,16 @@ def test_a_hook_returning_false_stops_every_rank_together_with_a_final_checkpoin
 
 
 @pytest.mark.slow  # a launch of 2 ranks: ~10 s
-def test_distrl_train_on_2_ranks_stops_at_the_target_return(tmp_path):
-    """The launcher's ranks (the resume of such a checkpoint: the tests above)."""
+@pytest.mark.parametrize("strategy", ["allreduce", "elastic"])
+def test_distrl_train_on_2_ranks_stops_at_the_target_return(strategy, tmp_path):
+    """The launcher's ranks (the resume of such a checkpoint: the tests above). Elastic's
+    members name their rows by slot, every member's all the same: they decide alike (elastic
+    starts its own ranks, so only here)."""
     run = tmp_path / "run"
     args = tiny_train_args(16, num_steps=16, num_minibatches=4, max_iterations=30)
     cmd = [str(BIN / "distrl"), "train", "cartpole", "--nproc", "2", "--run-dir", str(run)]
     cmd += [*args, "--agent.target-return", "30", "--dist.timeout", "30"]
+    cmd += ["--dist.strategy", strategy]
     code, out, err, _ = run_cli(cmd, timeout=150)
     assert code == 0, out + err
     at = stopped_at_target(run, 2)

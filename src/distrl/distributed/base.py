@@ -76,6 +76,11 @@ class Agreed:
     """Each named tensor of every participating rank, stacked: [ranks, *shape] (float64)."""
     ranks: tuple[int, ...] = ()
     """Whose row each ``gathered`` row is (empty: rows 0, 1, ... of the participating ranks)."""
+    complete: bool = True
+    """The rows are every collector's of this exchange (an all-gather, elastic's included): they
+    replace whatever rows were kept before, so a rank that left is no longer counted. False
+    where they are some collectors' only (a parameter server's messages, a worker's own row):
+    they update the kept rows by rank."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +159,7 @@ class StatsLayout:
         form ``reduce_stats`` hands a collecting rank, so an algorithm absorbs both alike."""
         ranks = tuple(sorted(rows))
         gathered = self.unpack_gather(torch.stack([rows[r] for r in ranks])) if ranks else {}
-        return Agreed(sums=self.unpack_sums(sums), gathered=gathered, ranks=ranks)
+        return Agreed(self.unpack_sums(sums), gathered, ranks, complete=False)
 
 
 class Strategy(Protocol):

@@ -317,7 +317,7 @@ class ParameterServer(Collectives):
         total = unpack64(reply[: 2 * layout.num_sums])
         device = next(iter(sums.values())).device
         sums = {k: v.to(device) for k, v in layout.unpack_sums(total).items()}
-        out = Agreed(sums=sums, ranks=(self.rank,))  # the gathered row is this worker's alone
+        out = Agreed(sums=sums, ranks=(self.rank,), complete=False)  # this worker's row alone
         out.gathered = {k: v.unsqueeze(0) for k, v in layout.unpack_gather(row).items()}
         return out
 

@@ -173,11 +173,13 @@ class OnPolicyRunner(Runner):
         self._env_steps += int(sums["env_steps"].sum())
         seen["ev"] = PPO.batch_stats(sums["batch"])["explained_variance"]
         times, windows = agreed.gathered["rollout_time"], agreed.gathered["episodes"]
+        if agreed.complete:  # every collector's rows (an all-gather, elastic's members')
+            seen["times"], seen["windows"] = {}, {}
         for i, r in enumerate(agreed.ranks or range(times.shape[0])):
             seen["times"][r], seen["windows"][r] = times[i], windows[i]
-        # an all-gather's rows (no ranks named) are every participant's; a parameter server
-        # keeps every worker's; a worker holds only its own
-        seen["whole"] = not agreed.ranks or self.strategy.roles.server
+        # a parameter server keeps every worker's rows, message by message; a worker holds
+        # only its own, so it waits for the server's word on an early stop
+        seen["whole"] = agreed.complete or self.strategy.roles.server
 
     def summary(self) -> dict[str, Any]:
         """Episode return and length over the newest episodes of every collector's window, the

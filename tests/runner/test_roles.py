@@ -25,14 +25,15 @@ COMMON |= {"time/rollout", "time/learn", "time/comm", "time/sync"}
 
 class FakeServer:
     """A ServerLink that hands the server's loop a statistics message per iteration (as a
-    parameter server's receiver would) and records what the loop asked of it."""
+    parameter server's receiver would: the summed row, the senders' rows, the live workers)
+    and records what the loop asked of it."""
 
-    def __init__(self, messages: list[tuple[torch.Tensor, dict[int, torch.Tensor]]]):
+    def __init__(self, messages: list[tuple[torch.Tensor, dict[int, torch.Tensor], set[int]]]):
         self.messages, self.released = messages, False
 
     def serve(self, on_stats, start_iteration, should_stop):
-        for it, (sums, rows) in enumerate(self.messages, start_iteration + 1):
-            on_stats(sums, rows)
+        for it, (sums, rows, live) in enumerate(self.messages, start_iteration + 1):
+            on_stats(sums, rows, live)
             metrics = {"time/iteration": 0.5, "dist/server_wait": 0.125, "dist/workers": 2}
             yield ServerEvent("iteration", it, metrics)
 
@@ -76,7 +77,7 @@ def test_a_server_rank_absorbs_its_workers_statistics_and_records_through_the_bu
         rows = {1: worker_row(runner, 64, obs_1, 20.0), 2: worker_row(runner, 64, obs_2, 40.0)}
         num_sums = runner.stats_layout.num_sums
         summed = rows[1][:num_sums] + rows[2][:num_sums]
-        link.messages = [(summed, rows), (summed, rows)]
+        link.messages = [(summed, rows, {1, 2}), (summed, rows, {1, 2})]
         runner.learn()
     finally:
         context.shutdown()
@@ -86,11 +87,37 @@ def test_a_server_rank_absorbs_its_workers_statistics_and_records_through_the_bu
     first = records[0]
     assert set(first) >= COMMON
     assert first["episode_return_mean"] == 30.0  # both workers' windows
+    assert runner.stop_early is False  # it sees every worker: it would decide (no target set)
     assert first["time/rollout"] == 0.25 and first["time/comm"] == 0.125
     assert first["time/learn"] == pytest.approx(0.375)
     # the normalizer took in both workers' moments, twice
     both = Moments.of(torch.cat([obs_1, obs_2]))
     assert float(runner.policy.normalizer.count) == pytest.approx(2 * float(both.count), abs=1)
+
+
+@pytest.mark.timeout(60)
+def test_a_dropped_workers_episodes_leave_the_servers_return_mean():
+    """ps-asp and ps-bap go on without a dropped worker; the mean return it logs (and stops at,
+    with --agent.target-return) is then over the live workers' newest episodes alone."""
+    cfg = small_config(4, distributed=False, max_iterations=3)
+    ctx = context.init(cfg)
+    try:
+        records: list[dict[str, Any]] = []
+        link = FakeServer([])
+        runner = server_runner(cfg, ctx, link)
+        runner.hooks.append(_Recorder(records))
+        obs = torch.randn(8, runner.env.obs_dim)
+        row_1, row_2 = worker_row(runner, 64, obs, 20.0), worker_row(runner, 64, obs, 40.0)
+        sums = row_1[: runner.stats_layout.num_sums]
+        link.messages = [
+            (sums, {1: row_1}, {1, 2}),
+            (sums, {2: row_2}, {1, 2}),
+            (sums, {1: row_1}, {1}),  # worker 2 was dropped
+        ]
+        runner.learn()
+    finally:
+        context.shutdown()
+    assert [r["episode_return_mean"] for r in records] == [20.0, 30.0, 20.0]
 
 
 class _Recorder:

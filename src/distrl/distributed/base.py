@@ -38,7 +38,7 @@ strategy           roles (the runner's loop; the link)         ``step``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -76,11 +76,11 @@ class Agreed:
     """Each named tensor of every participating rank, stacked: [ranks, *shape] (float64)."""
     ranks: tuple[int, ...] = ()
     """Whose row each ``gathered`` row is (empty: rows 0, 1, ... of the participating ranks)."""
-    complete: bool = True
-    """The rows are every collector's of this exchange (an all-gather, elastic's included): they
-    replace whatever rows were kept before, so a rank that left is no longer counted. False
-    where they are some collectors' only (a parameter server's messages, a worker's own row):
-    they update the kept rows by rank."""
+    collectors: tuple[int, ...] | None = None
+    """Every collector whose rows count now, in the numbering of ``ranks``: an all-gather's
+    rows, elastic's members' slots, a parameter server's live workers (whose rows come a
+    message at a time). Rows kept for any other (a rank that left, a dropped worker) no longer
+    count. None where this rank sees only its own row (a parameter server's worker)."""
 
 
 @dataclass(frozen=True)
@@ -154,12 +154,15 @@ class StatsLayout:
         """The ``gather`` fields of a row [numel] or of stacked rows [ranks, numel] by name."""
         return self._split(rows[..., self.num_sums :], self.gather, rows.shape[:-1])
 
-    def agreed(self, sums: torch.Tensor, rows: dict[int, torch.Tensor]) -> Agreed:
-        """What a parameter server took in (a summed row, each worker's whole row) in the
-        form ``reduce_stats`` hands a collecting rank, so an algorithm absorbs both alike."""
+    def agreed(
+        self, sums: torch.Tensor, rows: dict[int, torch.Tensor], live: Iterable[int]
+    ) -> Agreed:
+        """What a parameter server took in (a summed row, each worker's whole row, its live
+        workers) in the form ``reduce_stats`` hands a collecting rank, so an algorithm absorbs
+        both alike."""
         ranks = tuple(sorted(rows))
         gathered = self.unpack_gather(torch.stack([rows[r] for r in ranks])) if ranks else {}
-        return Agreed(self.unpack_sums(sums), gathered, ranks, complete=False)
+        return Agreed(self.unpack_sums(sums), gathered, ranks, tuple(sorted(live)))
 
 
 class Strategy(Protocol):
@@ -271,8 +274,9 @@ class ServerEvent:
     states: dict[int, Any] = field(default_factory=dict)
 
 
-StatsSink = Callable[[torch.Tensor, dict[int, torch.Tensor]], None]
-"""``(summed sums row, {worker: its whole statistics row})``, packed by the ``StatsLayout``."""
+StatsSink = Callable[[torch.Tensor, dict[int, torch.Tensor], Iterable[int]], None]
+"""``(summed sums row, {worker: its whole statistics row}, the live workers)``, packed by the
+``StatsLayout``."""
 
 
 class ServerLink(Protocol):

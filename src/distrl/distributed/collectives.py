@@ -169,6 +169,7 @@ class Collectives:
             else:
                 out.gathered[name] = rows[:, offset : offset + n].reshape(-1, *t.shape)
             offset += n
+        out.collectors = tuple(range(rows.shape[0]))  # every rank of the group: all its rows
         return out
 
     def broadcast_tensors_(self, tensors: list[torch.Tensor], src: int = 0) -> None:

@@ -439,7 +439,7 @@ class ElasticAllReduce(AllReduceStrategy):
         agreed = super().reduce_stats(sums, gather)
         self._joining = bool(agreed.gathered.pop("elastic/join").sum() > 0)
         slots = tuple(m.slot for m in self.membership.members)
-        return Agreed(agreed.sums, agreed.gathered, slots)
+        return Agreed(agreed.sums, agreed.gathered, slots, slots)
 
     def record_metrics(self) -> dict[str, Any]:
         return {

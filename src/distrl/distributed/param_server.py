@@ -317,7 +317,7 @@ class ParameterServer(Collectives):
         total = unpack64(reply[: 2 * layout.num_sums])
         device = next(iter(sums.values())).device
         sums = {k: v.to(device) for k, v in layout.unpack_sums(total).items()}
-        out = Agreed(sums=sums, ranks=(self.rank,), complete=False)  # this worker's row alone
+        out = Agreed(sums=sums, ranks=(self.rank,))  # this worker's row alone: no collectors
         out.gathered = {k: v.unsqueeze(0) for k, v in layout.unpack_gather(row).items()}
         return out
 
@@ -361,8 +361,9 @@ class ParameterServer(Collectives):
     ) -> Iterator[ServerEvent]:
         """The server loop; yields an event per completed iteration and per checkpoint.
 
-        ``on_stats(summed sums, {worker: its whole statistics row})`` lets the algorithm take
-        in the statistics (``Runner.absorb``: normalizers, episode windows, counts)."""
+        ``on_stats(summed sums, {worker: its whole statistics row}, live workers)`` lets the
+        algorithm take in the statistics (``Runner.absorb``: normalizers, episode windows,
+        counts; a dropped worker's windows no longer count)."""
         self._loop = _ServerLoop(self, on_stats, start_iteration, should_stop)
         return self._loop.run()
 
@@ -568,7 +569,7 @@ class _ServerLoop:
             self._maybe_reply_stats()
             return
         sums = row[:nsums]
-        self.on_stats(sums, {worker: row})
+        self.on_stats(sums, {worker: row}, self.live)
         for w in self.live:
             self.pending[w] = self.pending[w] + sums if w in self.pending else sums.clone()
         reply, self.pending[worker] = self.pending[worker], torch.zeros_like(sums)
@@ -583,7 +584,7 @@ class _ServerLoop:
         total = self.stats_round[workers[0]][0][:nsums].clone()
         for w in workers[1:]:
             total += self.stats_round[w][0][:nsums]
-        self.on_stats(total, {w: self.stats_round[w][0] for w in workers})
+        self.on_stats(total, {w: self.stats_round[w][0] for w in workers}, self.live)
         decision = self._stats_decision()  # one answer for the round: every worker stops alike
         for w in workers:
             self.ps._down(w, STATS_REPLY, pack64(total), decision)

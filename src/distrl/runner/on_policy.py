@@ -173,13 +173,16 @@ class OnPolicyRunner(Runner):
         self._env_steps += int(sums["env_steps"].sum())
         seen["ev"] = PPO.batch_stats(sums["batch"])["explained_variance"]
         times, windows = agreed.gathered["rollout_time"], agreed.gathered["episodes"]
-        if agreed.complete:  # every collector's rows (an all-gather, elastic's members')
-            seen["times"], seen["windows"] = {}, {}
         for i, r in enumerate(agreed.ranks or range(times.shape[0])):
             seen["times"][r], seen["windows"][r] = times[i], windows[i]
-        # a parameter server keeps every worker's rows, message by message; a worker holds
-        # only its own, so it waits for the server's word on an early stop
-        seen["whole"] = agreed.complete or self.strategy.roles.server
+        # the rows of every collector that counts now (a rank that left, a dropped worker, no
+        # longer does); a parameter server's worker holds only its own, so it waits for the
+        # server's word on an early stop
+        if agreed.collectors is not None:
+            for kept in (seen["times"], seen["windows"]):
+                for r in set(kept) - set(agreed.collectors):
+                    del kept[r]
+        seen["whole"] = agreed.collectors is not None
 
     def summary(self) -> dict[str, Any]:
         """Episode return and length over the newest episodes of every collector's window, the

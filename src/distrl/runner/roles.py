@@ -69,8 +69,8 @@ def serve(runner: Runner, link: ServerLink) -> dict[str, Any]:
     layout = runner.stats_layout
     steps_before = runner.env_steps
 
-    def on_stats(sums: Any, rows: Any) -> None:
-        runner.absorb(layout.agreed(sums, rows))
+    def on_stats(sums: Any, rows: Any, live: Any) -> None:
+        runner.absorb(layout.agreed(sums, rows, live))
 
     record: dict[str, Any] = {}
     stop = lambda: runner.stop_early  # noqa: E731 (the server's view of every worker)

@@ -5,6 +5,7 @@ takes in its workers' statistics the way a collecting rank takes in ``reduce_sta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -63,24 +64,34 @@ def worker_row(runner: OnPolicyRunner, steps: int, obs: torch.Tensor, ret: float
     return layout.pack(sums, gather)
 
 
-@pytest.mark.timeout(60)
-def test_a_server_rank_absorbs_its_workers_statistics_and_records_through_the_builder():
-    cfg = small_config(4, distributed=False, max_iterations=2)
+def serve(iterations: int, messages: Callable[[OnPolicyRunner], list]) -> tuple:
+    """A server rank in this process, its link handing it ``messages(runner)`` (built with the
+    runner's own layout): (runner, link, its records)."""
+    cfg = small_config(4, distributed=False, max_iterations=iterations)
     ctx = context.init(cfg)
     try:
         records: list[dict[str, Any]] = []
         link = FakeServer([])
         runner = server_runner(cfg, ctx, link)
         runner.hooks.append(_Recorder(records))
-        D = runner.env.obs_dim
-        obs_1, obs_2 = torch.randn(8, D), torch.randn(8, D) + 3.0
-        rows = {1: worker_row(runner, 64, obs_1, 20.0), 2: worker_row(runner, 64, obs_2, 40.0)}
-        num_sums = runner.stats_layout.num_sums
-        summed = rows[1][:num_sums] + rows[2][:num_sums]
-        link.messages = [(summed, rows, {1, 2}), (summed, rows, {1, 2})]
+        link.messages = messages(runner)
         runner.learn()
     finally:
         context.shutdown()
+    return runner, link, records
+
+
+@pytest.mark.timeout(60)
+def test_a_server_rank_absorbs_its_workers_statistics_and_records_through_the_builder():
+    obs_1, obs_2 = torch.randn(8, 4), torch.randn(8, 4) + 3.0  # cartpole's 4-D observations
+
+    def messages(runner: OnPolicyRunner) -> list:
+        rows = {1: worker_row(runner, 64, obs_1, 20.0), 2: worker_row(runner, 64, obs_2, 40.0)}
+        num_sums = runner.stats_layout.num_sums
+        summed = rows[1][:num_sums] + rows[2][:num_sums]
+        return [(summed, rows, {1, 2}), (summed, rows, {1, 2})]
+
+    runner, link, records = serve(2, messages)
     assert link.released
     assert [r["iteration"] for r in records] == [1, 2]
     assert [r["env_steps"] for r in records] == [128, 256]  # every worker's rollouts
@@ -99,24 +110,15 @@ def test_a_server_rank_absorbs_its_workers_statistics_and_records_through_the_bu
 def test_a_dropped_workers_episodes_leave_the_servers_return_mean():
     """ps-asp and ps-bap go on without a dropped worker; the mean return it logs (and stops at,
     with --agent.target-return) is then over the live workers' newest episodes alone."""
-    cfg = small_config(4, distributed=False, max_iterations=3)
-    ctx = context.init(cfg)
-    try:
-        records: list[dict[str, Any]] = []
-        link = FakeServer([])
-        runner = server_runner(cfg, ctx, link)
-        runner.hooks.append(_Recorder(records))
+
+    def messages(runner: OnPolicyRunner) -> list:
         obs = torch.randn(8, runner.env.obs_dim)
         row_1, row_2 = worker_row(runner, 64, obs, 20.0), worker_row(runner, 64, obs, 40.0)
         sums = row_1[: runner.stats_layout.num_sums]
-        link.messages = [
-            (sums, {1: row_1}, {1, 2}),
-            (sums, {2: row_2}, {1, 2}),
-            (sums, {1: row_1}, {1}),  # worker 2 was dropped
-        ]
-        runner.learn()
-    finally:
-        context.shutdown()
+        dropped = (sums, {1: row_1}, {1})  # worker 2 was dropped
+        return [(sums, {1: row_1}, {1, 2}), (sums, {2: row_2}, {1, 2}), dropped]
+
+    _, _, records = serve(3, messages)
     assert [r["episode_return_mean"] for r in records] == [20.0, 30.0, 20.0]
 
 

@@ -179,9 +179,9 @@ class OnPolicyRunner(Runner):
         # longer does); a parameter server's worker holds only its own, so it waits for the
         # server's word on an early stop
         if agreed.collectors is not None:
-            for kept in (seen["times"], seen["windows"]):
-                for r in set(kept) - set(agreed.collectors):
-                    del kept[r]
+            gone = set(seen["times"]) - set(agreed.collectors)
+            for r in gone:
+                del seen["times"][r], seen["windows"][r]
         seen["whole"] = agreed.collectors is not None
 
     def summary(self) -> dict[str, Any]:

@@ -41,6 +41,24 @@ def golden_config(run_dir: str, distributed: bool) -> TrainConfig:
     )
 
 
+def cpu_id() -> str:
+    """The processor's vendor, family and model (Linux; "" elsewhere). Two CPUs of the same
+    vector capability (``get_cpu_capability`` says AVX512 for both) still round differently
+    when their kernels differ: an Emerald Rapids (family 6 model 207, with AMX) against the
+    reference's first machine, 1e-4 relative on a policy loss of 3e-4."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    want = ("vendor_id", "cpu family", "model")
+    fields = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in want and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    return " ".join(f"{k}={fields.get(k, '?')}" for k in want)
+
+
 def tensors_digest(state: dict) -> str:
     h = hashlib.sha256()
 

@@ -20,7 +20,7 @@ EnvPool's worker threads: one per env, at most the CPUs this process may run on,
 Episode statistics are CleanRL's: raw (unclipped) scores summed over whole games, across lives
 (a minimal ``RecordEpisodeStatistics`` of our own, ``GameScores``).
 
-Hyperparameters: distrl's ``atari-*`` defaults (``envs/registry.py``, ``_atari_config``), which
+Hyperparameters: distrl's ``atari-*`` defaults (``envs/tuned.py``, ``_atari``), which
 are CleanRL's: 8 envs x 128 steps, 4 epochs x 4 minibatches, Adam lr 2.5e-4 (eps 1e-5) linear
 to 0, gamma 0.99, GAE lambda 0.95, clip 0.1 (the value loss too), entropy 0.01, value 0.5, grad
 norm 0.5. Iterations: ceil(total / (num_envs x num_steps)), as distrl's

@@ -17,7 +17,7 @@ for Freeway, as distrl) and ``RecordEpisodeStatistics``, and stepped by
 ``gymnasium.vector.SyncVectorEnv`` (a Python loop over numpy envs) with same-step autoreset, the
 Gymnasium 0.29 behaviour CleanRL's scripts were written for.
 
-Hyperparameters: distrl's ``minatar-*`` defaults (``envs/registry.py``, ``_minatar_config``):
+Hyperparameters: distrl's ``minatar-*`` defaults (``envs/tuned.py``, ``_minatar``):
 64 envs x 128 steps, 4 epochs x 8 minibatches, Adam lr 5e-4 (eps 1e-5) linear to 0, gamma
 0.99, GAE lambda 0.95, clip 0.2, entropy 0.01, value 0.5, grad norm 0.5; MinAtar's CNN (conv
 16x3x3 stride 1 + ReLU, flatten, linear 128 + ReLU, linear heads). Iterations:

@@ -36,7 +36,7 @@ use it (conv 16 filters 3x3 stride 1 + ReLU, flatten, linear 128 + ReLU) as SF's
 ``--use_rnn False`` (identity core), no decoder layers, and SF's default heads (a linear critic
 and a linear layer of action logits).
 
-Hyperparameters: distrl's ``minatar-*`` defaults (``envs/registry.py``, ``_minatar_config``) in
+Hyperparameters: distrl's ``minatar-*`` defaults (``envs/tuned.py``, ``_minatar``) in
 SF's terms: 64 envs, ``rollout=128``; a training batch of 64 x 128 = 8192 transitions in
 ``num_batches_per_epoch=8`` minibatches of ``batch_size=1024``, ``num_epochs=4``, reshuffled every
 epoch (``shuffle_minibatches=True``); Adam lr 5e-4 (eps 1e-5) linear to 0; gamma 0.99, GAE lambda

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from distrl import checkpoint as ck
+from distrl import checkpoint_store as store  # the file store: where os.replace is called
 from distrl.checkpoint import (
     SCHEMA_VERSION,
     CheckpointError,
@@ -213,7 +214,7 @@ def test_failed_data_replace_keeps_previous_checkpoint(tmp_path, monkeypatch):
     def boom(src, dst):
         raise OSError("simulated crash during os.replace")
 
-    monkeypatch.setattr(ck.os, "replace", boom)
+    monkeypatch.setattr(store.os, "replace", boom)
     with pytest.raises(OSError, match="simulated crash"):
         save_checkpoint(tmp_path, 2, _state(2), _meta())
     monkeypatch.undo()
@@ -235,7 +236,7 @@ def test_crash_between_data_and_manifest_is_incomplete(tmp_path, monkeypatch):
             raise OSError("killed before the manifest landed")
         real_replace(src, dst)
 
-    monkeypatch.setattr(ck.os, "replace", replace_then_die)
+    monkeypatch.setattr(store.os, "replace", replace_then_die)
     with pytest.raises(OSError):
         save_checkpoint(tmp_path, 2, _state(2), _meta())
     monkeypatch.undo()
@@ -267,7 +268,7 @@ def _kill_save_at(tmp_path, monkeypatch, iteration: int, suffix: str) -> None:
         real_replace(src, dst)
 
     with monkeypatch.context() as m:
-        m.setattr(ck.os, "replace", die_at)
+        m.setattr(store.os, "replace", die_at)
         m.setattr(type(tmp_path), "unlink", lambda self, missing_ok=False: None)
         with pytest.raises(OSError, match="killed"):
             save_checkpoint(tmp_path, iteration, _state(iteration), _meta())

@@ -20,9 +20,9 @@ def modules(root: Path = SRC) -> dict[str, Path]:
     return out
 
 
-def imports(name: str, source: str, known: set[str], package: bool = False) -> set[str]:
-    """The distrl modules ``source`` (module ``name``) imports anywhere in its body."""
-    tree = ast.parse(source)
+def runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of ``tree`` that runs: module level and inside functions, but not
+    those under ``if TYPE_CHECKING:``."""
     typing_only = {
         id(inner)
         for node in ast.walk(tree)
@@ -30,23 +30,39 @@ def imports(name: str, source: str, known: set[str], package: bool = False) -> s
         for stmt in node.body
         for inner in ast.walk(stmt)
     }
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in typing_only
+    ]
+
+
+def resolve(
+    name: str, node: ast.Import | ast.ImportFrom, known: set[str], package: bool = False
+) -> set[str]:
+    """The distrl modules one import statement of module ``name`` imports."""
     out: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name in known}
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            if node.level:
-                base = name.split(".") if package else name.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                module = ".".join([*base, *([node.module] if node.module else [])])
-            for a in node.names:
-                if f"{module}.{a.name}" in known:  # `from distrl import cli`: the module
-                    out.add(f"{module}.{a.name}")
-                elif module in known:
-                    out.add(module)
+    if isinstance(node, ast.Import):
+        out |= {a.name for a in node.names if a.name in known}
+    else:
+        module = node.module or ""
+        if node.level:
+            base = name.split(".") if package else name.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            module = ".".join([*base, *([node.module] if node.module else [])])
+        for a in node.names:
+            if f"{module}.{a.name}" in known:  # `from distrl import cli`: the module
+                out.add(f"{module}.{a.name}")
+            elif module in known:
+                out.add(module)
+    return out
+
+
+def imports(name: str, source: str, known: set[str], package: bool = False) -> set[str]:
+    """The distrl modules ``source`` (module ``name``) imports anywhere in its body."""
+    out: set[str] = set()
+    for node in runtime_imports(ast.parse(source)):
+        out |= resolve(name, node, known, package)
     out.discard(name)
     return out
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from distrl.version import __version__
 
 _EXPORTS = {
     "make_config": "distrl.api",
@@ -45,7 +45,7 @@ _EXPORTS = {
     "average": "distrl.averaging",
     "AverageResult": "distrl.averaging",
     "register_task": "distrl.envs.registry",
-    "Hooks": "distrl.runner.hooks",
+    "Hooks": "distrl.hooks",
     "EvalCallback": "distrl.evaluation",
     "register_network": "distrl.policy.networks",
     "check_env": "distrl.envs.check",
@@ -100,9 +100,9 @@ if TYPE_CHECKING:
     from distrl.evaluation import EvalCallback, EvalResult
     from distrl.exporting import ExportResult
     from distrl.exporting import export_policy as export
+    from distrl.hooks import Hooks
     from distrl.policy.actor_critic import ActorCritic
     from distrl.policy.networks import register_network
-    from distrl.runner.hooks import Hooks
 
 
 def __getattr__(name: str) -> Any:

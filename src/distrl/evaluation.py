@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from distrl.envs.core import VecEnv
-from distrl.runner.hooks import Hooks
+from distrl.hooks import Hooks
 
 if TYPE_CHECKING:
     from distrl.config import TrainConfig

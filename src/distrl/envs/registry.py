@@ -9,6 +9,10 @@ Gymnasium id is available as ``gym:<Id>`` (built on demand, so the list below on
 ``default_config`` returns a fresh config every call (config dataclasses are frozen; callers derive
 variants with ``dataclasses.replace``).
 
+This module is the task table and its lookup. Each built-in task's tuned defaults come from the
+table in ``envs/tuned.py`` (by task name), and what makes a Gymnasium env a task (``gym:<Id>``,
+``register_task(gym=...)``) from ``envs/gym_tasks.py``.
+
 Tasks of the user's own code (``register_task``) exist in the process that registered them; ranks
 that torchrun starts from the command line get them through ``distrl train --import MODULE``,
 which imports the registering module in every rank before the task is resolved.
@@ -27,16 +31,16 @@ from typing import Any
 
 import torch
 
-from distrl.config import AgentConfig, EnvConfig, MultiTaskConfig, PolicyConfig, TrainConfig
+from distrl.config import TrainConfig
 from distrl.envs.acrobot import Acrobot
 from distrl.envs.cartpole import CartPole, CartPoleNoVelocity
 from distrl.envs.core import VecEnv
 from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
+from distrl.envs.gym_tasks import GYM_PREFIX, id_parts, is_gym_id, task_parts
 from distrl.envs.pendulum import Pendulum
+from distrl.envs.tuned import TUNED
+from distrl.hooks import Hooks
 from distrl.install import pip_install
-from distrl.runner.hooks import Hooks
-
-GYM_PREFIX = "gym:"
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class Task:
     """The suite whose held-out init states ``distrl play`` scores a policy of this PPO task on
     (``metaworld-mt10-ppo``: MT10's, as the episodic runs are scored)."""
     hooks: tuple[Hooks, ...] = ()
-    """Callbacks every run of this task calls (``distrl.runner.hooks.Hooks``), before those
+    """Callbacks every run of this task calls (``distrl.hooks.Hooks``), before those
     passed to ``distrl.train``; set by ``register_task(..., hooks=)``."""
     gymnasium: bool = False
     """Steps Gymnasium envs: ``make_env`` takes --env.vectorization."""
@@ -72,23 +76,6 @@ class Task:
         """The suite ``distrl play`` reports per-task success on: ``suite`` or
         ``held_out_suite`` (None: mean return over episodes)."""
         return self.suite or self.held_out_suite
-
-
-def _config(
-    task: str, num_envs: int, policy: PolicyConfig | None = None, **agent: Any
-) -> Callable[[], TrainConfig]:
-    """Factory of a fresh TrainConfig for ``task`` with ``num_envs``, a PolicyConfig and
-    AgentConfig overrides."""
-
-    def make() -> TrainConfig:
-        return TrainConfig(
-            task=task,
-            env=EnvConfig(num_envs=num_envs),
-            agent=dataclasses.replace(AgentConfig(), **agent),
-            policy=policy or PolicyConfig(),
-        )
-
-    return make
 
 
 MUJOCO_HINT = f"make setup-mujoco, or {pip_install('mujoco')}"
@@ -126,50 +113,6 @@ def _mujoco(cls_name: str) -> Callable[[int, torch.device, int | None], VecEnv]:
     return make
 
 
-def _mujoco_config(task: str) -> Callable[[], TrainConfig]:
-    """CleanRL's MuJoCo PPO (2048 steps per iteration, 10 epochs of 32 minibatches, lr 3e-4
-    decayed linearly, 1M steps, observations and rewards normalized) with the 2048 steps spread
-    over 32 envs of 64 steps."""
-    return _config(
-        task,
-        num_envs=32,
-        policy=PolicyConfig(reward_normalization=True),
-        num_steps=64,
-        num_epochs=10,
-        num_minibatches=32,
-        learning_rate=3e-4,
-        lr_schedule="linear",
-        gamma=0.99,
-        gae_lambda=0.95,
-        clip_coef=0.2,
-        ent_coef=0.0,
-        vf_coef=0.5,
-        max_grad_norm=0.5,
-        max_iterations=488,
-    )
-
-
-def _pendulum_config(task: str, num_envs: int) -> Callable[[], TrainConfig]:
-    """Pendulum swing-up: a short effective horizon (gamma 0.9) and normalized observations and
-    rewards, as in rl-zoo3's PPO Pendulum settings (the cost is dense and a swing-up decision pays
-    off within ~10-20 steps); the LR decays linearly over 150 iterations (2.5M steps at 256
-    envs), which settles the return near -180 instead of oscillating after it reaches -200 (over
-    100 iterations one gym:Pendulum-v1 seed stopped at -211)."""
-    return _config(
-        task,
-        num_envs=num_envs,
-        policy=PolicyConfig(reward_normalization=True),
-        num_steps=64,
-        num_epochs=10,
-        num_minibatches=4,
-        learning_rate=1e-3,
-        lr_schedule="linear",
-        gamma=0.9,
-        gae_lambda=0.95,
-        max_iterations=150,
-    )
-
-
 def _require_envpool(task: str) -> Callable[[], None]:
     def check() -> None:
         from distrl.envs.envpool_atari import INSTALL_HINT, envpool_installed
@@ -192,34 +135,6 @@ def _atari(game: str) -> Callable[[int, torch.device, int | None], VecEnv]:
     return make
 
 
-def _atari_config(task: str) -> Callable[[], TrainConfig]:
-    """CleanRL's ppo_atari_envpool: 8 envs x 128 steps, 4 epochs of 4 minibatches, lr 2.5e-4
-    decayed linearly over 10M env steps (9,766 iterations of one rank), clip 0.1 (values too),
-    entropy 0.01, value 0.5, grad norm 0.5, gamma 0.99, lambda 0.95, the Nature CNN on raw
-    frames (no observation or reward normalization: rewards are clipped by the env). 8 envs
-    per rank: W ranks collect W x 8, so give ``--agent.total-timesteps 10000000`` for CleanRL's
-    budget on several (a default budget would override ``--agent.max-iterations`` silently)."""
-    return _config(
-        task,
-        num_envs=8,
-        policy=PolicyConfig(network="nature-cnn", obs_normalization=False),
-        num_steps=128,
-        max_iterations=9_766,
-        num_epochs=4,
-        num_minibatches=4,
-        learning_rate=2.5e-4,
-        lr_schedule="linear",
-        gamma=0.99,
-        gae_lambda=0.95,
-        clip_coef=0.1,
-        clip_vloss=True,
-        ent_coef=0.01,
-        vf_coef=0.5,
-        max_grad_norm=0.5,
-        norm_adv=True,
-    )
-
-
 _BUILTINS: dict[str, Task] = {
     t.name: t
     for t in (
@@ -227,78 +142,34 @@ _BUILTINS: dict[str, Task] = {
             name="cartpole",
             description="CartPole-v1 balance (discrete 2), batched torch; max return 500",
             make_env=CartPole,
-            # 3 epochs x 2 minibatches (6 gradient steps an iteration, not 20), no value-loss
-            # clip, rewards scaled by the return's std: 120,832 env steps to 475 (median of 30
-            # seeds, all reach it and end at 500) against 196,608 (14 of 15 reach it) with 5 x 4,
-            # clipped values and raw rewards; without the reward scale 4 of 15 seeds fell to ~140
-            # after it (the value loss of raw returns ~100 swamped the clipped gradient)
-            default_config=_config(
-                "cartpole",
-                num_envs=128,
-                policy=PolicyConfig(reward_normalization=True),
-                num_steps=32,
-                num_epochs=3,
-                num_minibatches=2,
-                learning_rate=1e-3,
-                lr_schedule="adaptive",
-                gamma=0.99,
-                ent_coef=0.0,
-                clip_vloss=False,
-                max_iterations=100,
-            ),
+            default_config=TUNED["cartpole"],
         ),
         Task(
             name="acrobot",
             description="Acrobot-v1 swing-up (discrete 3), batched torch; return -500..~-60",
             make_env=Acrobot,
-            default_config=_config(
-                "acrobot",
-                num_envs=256,
-                num_steps=32,
-                num_epochs=5,
-                num_minibatches=4,
-                learning_rate=1e-3,
-                gamma=0.99,
-                max_iterations=200,
-            ),
+            default_config=TUNED["acrobot"],
         ),
         Task(
             name="pendulum",
             description="Pendulum-v1 swing-up (continuous 1-D torque), batched torch; "
             "return ~-1400..~-150",
             make_env=Pendulum,
-            default_config=_pendulum_config("pendulum", num_envs=256),
+            default_config=TUNED["pendulum"],
         ),
         Task(
             name="cartpole-novel",
             description="CartPole-v1 with the velocities hidden (obs x, theta): needs memory; "
             "recurrent LSTM policy",
             make_env=CartPoleNoVelocity,
-            # cartpole's settings with an LSTM core: 128 envs split into 2 minibatches of whole
-            # sequences (so 2 ranks of 64 split too)
-            default_config=_config(
-                "cartpole-novel",
-                num_envs=128,
-                policy=PolicyConfig(
-                    reward_normalization=True, recurrent="lstm", recurrent_hidden=64
-                ),
-                num_steps=32,
-                num_epochs=3,
-                num_minibatches=2,
-                learning_rate=1e-3,
-                lr_schedule="adaptive",
-                gamma=0.99,
-                ent_coef=0.0,
-                clip_vloss=False,
-                max_iterations=150,
-            ),
+            default_config=TUNED["cartpole-novel"],
         ),
         Task(
             name="atari-breakout",
             description="Atari Breakout through EnvPool (CleanRL's preprocessing: 84x84 gray, "
             "4 frames, episodic life, clipped rewards), nature-cnn; needs the envpool extra",
             make_env=_atari("Breakout-v5"),
-            default_config=_atari_config("atari-breakout"),
+            default_config=TUNED["atari-breakout"],
             preflight=_require_envpool("atari-breakout"),
         ),
         Task(
@@ -306,7 +177,7 @@ _BUILTINS: dict[str, Task] = {
             description="Atari Pong through EnvPool (CleanRL's preprocessing), nature-cnn; "
             "return -21..21; needs the envpool extra",
             make_env=_atari("Pong-v5"),
-            default_config=_atari_config("atari-pong"),
+            default_config=TUNED["atari-pong"],
             preflight=_require_envpool("atari-pong"),
         ),
         Task(
@@ -314,28 +185,28 @@ _BUILTINS: dict[str, Task] = {
             description="HalfCheetah-v5 run (continuous 6-D), batched MuJoCo; needs the mujoco "
             "extra",
             make_env=_mujoco("HalfCheetah"),
-            default_config=_mujoco_config("halfcheetah"),
+            default_config=TUNED["halfcheetah"],
             preflight=_require_mujoco("halfcheetah"),
         ),
         Task(
             name="hopper",
             description="Hopper-v5 hop (continuous 3-D), batched MuJoCo; needs the mujoco extra",
             make_env=_mujoco("Hopper"),
-            default_config=_mujoco_config("hopper"),
+            default_config=TUNED["hopper"],
             preflight=_require_mujoco("hopper"),
         ),
         Task(
             name="walker2d",
             description="Walker2d-v5 walk (continuous 6-D), batched MuJoCo; needs the mujoco extra",
             make_env=_mujoco("Walker2d"),
-            default_config=_mujoco_config("walker2d"),
+            default_config=TUNED["walker2d"],
             preflight=_require_mujoco("walker2d"),
         ),
         Task(
             name="ant",
             description="Ant-v5 walk (continuous 8-D), batched MuJoCo; needs the mujoco extra",
             make_env=_mujoco("Ant"),
-            default_config=_mujoco_config("ant"),
+            default_config=TUNED["ant"],
             preflight=_require_mujoco("ant"),
         ),
     )
@@ -395,24 +266,6 @@ def _mt10_first_env(
     return _mt10_task_env(MT10_TASKS[0], num_envs, device, max_episode_steps)
 
 
-def _episodic_config(
-    task: str, num_envs: int, multitask: MultiTaskConfig, **agent: Any
-) -> Callable[[], TrainConfig]:
-    """A fresh TrainConfig for an episodic suite: RLOO has no critic and no bootstrapping, so
-    only the PPO-clip fields of ``agent`` matter (vf_coef 0 says so in config.yaml too)."""
-
-    def make() -> TrainConfig:
-        return TrainConfig(
-            task=task,
-            env=EnvConfig(num_envs=num_envs),
-            agent=dataclasses.replace(AgentConfig(), vf_coef=0.0, norm_adv=False, **agent),
-            policy=PolicyConfig(critic_hidden=(8,)),
-            multitask=multitask,
-        )
-
-    return make
-
-
 def _reach_names() -> tuple[str, ...]:
     from distrl.envs.reach import TASK_NAMES
 
@@ -431,18 +284,7 @@ _EPISODIC: dict[str, Task] = {
         description="Reach10 multi-task suite (10 point-mass reaching tasks, binary success, "
         "shipped init states); episodic RLOO, tasks sharded over ranks",
         make_env=_reach_mixed_env,
-        default_config=_episodic_config(
-            "reach10",
-            num_envs=32,
-            multitask=MultiTaskConfig(
-                data_batch_size=64, group_size=8, early_stop_success=0.95, early_stop_patience=5
-            ),
-            num_epochs=4,
-            num_minibatches=4,
-            learning_rate=1e-3,
-            lr_schedule="constant",
-            max_iterations=300,
-        ),
+        default_config=TUNED["reach10"],
         suite=EpisodicSuite(_reach_names(), _reach_task_env),
     ),
     "metaworld-mt10": Task(
@@ -450,16 +292,7 @@ _EPISODIC: dict[str, Task] = {
         description="Meta-World MT10 (needs the metaworld extra); episodic RLOO, 50 goal variants "
         "per task as init states",
         make_env=_mt10_first_env,
-        default_config=_episodic_config(
-            "metaworld-mt10",
-            num_envs=10,
-            multitask=MultiTaskConfig(data_batch_size=20, group_size=5),
-            num_epochs=4,
-            num_minibatches=4,
-            learning_rate=3e-4,
-            lr_schedule="constant",
-            max_iterations=100,
-        ),
+        default_config=TUNED["metaworld-mt10"],
         suite=EpisodicSuite(_mt10_names(), _mt10_task_env),
     ),
 }
@@ -480,24 +313,7 @@ _METAWORLD_PPO = Task(
     "all ten tasks in every rank's batch, dense reward, task one-hot, PopArt per task; "
     "play scores it on MT10's held-out goals",
     make_env=_mt10_mixed_env,
-    # 20 envs per rank (2 per task), half an episode (500 steps) per iteration; the critic has
-    # one PopArt-normalized output per task (the last 10 observation entries are the one-hot)
-    default_config=_config(
-        "metaworld-mt10-ppo",
-        num_envs=20,
-        policy=PolicyConfig(
-            actor_hidden=(256, 256), critic_hidden=(256, 256), init_log_std=-0.5, popart_tasks=10
-        ),
-        num_steps=250,
-        num_epochs=5,
-        num_minibatches=5,
-        learning_rate=3e-4,
-        lr_schedule="adaptive",
-        gamma=0.99,
-        gae_lambda=0.95,
-        ent_coef=0.0,
-        max_iterations=100,
-    ),
+    default_config=TUNED["metaworld-mt10-ppo"],
     preflight=_require_metaworld,
     held_out_suite=EpisodicSuite(_mt10_names(), _mt10_task_env),
 )
@@ -523,38 +339,13 @@ def _minatar(game: str) -> Callable[[int, torch.device, int | None], VecEnv]:
     return make
 
 
-def _minatar_config(task: str) -> Callable[[], TrainConfig]:
-    """PureJaxRL's MinAtar PPO (its brax_minatar notebook on gymnax's MinAtar: 64 envs x 128
-    steps, 4 epochs of 8 minibatches, LR annealed linearly to 0, gamma 0.99, GAE lambda 0.95,
-    clip 0.2, entropy 0.01, value 0.5, grad norm 0.5, 1e7 env steps = 1221 iterations) with
-    MinAtar's own CNN instead of its 64x64 MLP, and gymnax-blines' MinAtar LR of 5e-4 (the
-    notebook's 5e-3 goes with the MLP). The grids are 0/1, so no observation normalizer."""
-    return _config(
-        task,
-        num_envs=64,
-        policy=PolicyConfig(network="minatar-cnn", obs_normalization=False),
-        num_steps=128,
-        num_epochs=4,
-        num_minibatches=8,
-        learning_rate=5e-4,
-        lr_schedule="linear",
-        gamma=0.99,
-        gae_lambda=0.95,
-        clip_coef=0.2,
-        ent_coef=0.01,
-        vf_coef=0.5,
-        max_grad_norm=0.5,
-        max_iterations=1221,
-    )
-
-
 for _name, (_game, _what) in _MINATAR.items():
     _BUILTINS[_name] = Task(
         name=_name,
         description=f"MinAtar {_what}, 10x10 grid observations, sticky actions; batched torch, "
         f"step for step the minatar package",
         make_env=_minatar(_game),
-        default_config=_minatar_config(_name),
+        default_config=TUNED[_name],
     )
 
 
@@ -574,70 +365,8 @@ def _gym_task(name: str, description: str | None = None) -> Task:
     return Task(
         name=name,
         description=description or f"Gymnasium {env_id} through the Gymnasium adapter",
-        make_env=_gym_make_env(env_id),
-        default_config=_gym_config(name, env_id),
-        preflight=functools.partial(_check_spaces, env_id),
-        gymnasium=True,
+        **id_parts(name, env_id),
     )
-
-
-def _check_spaces(env_id: str) -> None:
-    from distrl.envs.gym import check_spaces
-
-    check_spaces(env_id)
-
-
-def _gym_make_env(env_id: str, time_limit: int | None = None) -> Callable[..., VecEnv]:
-    """The ``make_env`` of Gymnasium id ``env_id`` (``time_limit``: unless the config sets
-    one, else the id's own)."""
-
-    def make_env(
-        num_envs: int,
-        device: torch.device,
-        max_episode_steps: int | None = None,
-        vectorization: str = "sync",
-    ) -> VecEnv:
-        from distrl.envs.gym import GymVecEnv
-
-        limit = max_episode_steps if max_episode_steps is not None else time_limit
-        mode = None if vectorization == "sync" else vectorization  # None: native where it can
-        return GymVecEnv(env_id, num_envs, device, limit, vectorization_mode=mode)
-
-    return make_env
-
-
-def _gym_config(name: str, env_id: str) -> Callable[[], TrainConfig]:
-    """The defaults of a task stepping Gymnasium id ``env_id``: tuned ones, or
-    ``_gym_default``'s."""
-    tuned = _GYM_CONFIGS.get(env_id)
-    return tuned(name) if tuned else _gym_default(name, env_id)
-
-
-def _gym_default(
-    name: str, env_id: str | None = None, num_envs: int = 8, network: str | None = None
-) -> Callable[[], TrainConfig]:
-    """``num_envs`` envs x 128 steps, 100 iterations; ``network``, or the one that fits the
-    observations of ``env_id`` when given (``gym.default_network``: nature-cnn for images,
-    multi-input for Dicts with images, mlp)."""
-
-    def make() -> TrainConfig:
-        cfg = _config(name, num_envs=num_envs, num_steps=128, max_iterations=100)()
-        chosen = network
-        if env_id is not None:
-            from distrl.envs.gym import default_network
-
-            chosen = default_network(env_id)
-        if chosen is None or chosen == cfg.policy.network:
-            return cfg
-        return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, network=chosen))
-
-    return make
-
-
-# Gymnasium ids whose tuned defaults we keep (the built-in twin's settings where one exists)
-_GYM_CONFIGS: dict[str, Callable[[str], Callable[[], TrainConfig]]] = {
-    "Pendulum-v1": lambda name: _pendulum_config(name, num_envs=256),
-}
 
 
 # Tasks registered by the user's own code (``register_task``), in this process.
@@ -705,7 +434,7 @@ def register_task(
         "description": f"registered by {getattr(make_env, '__module__', '?')}",
     }
     if gym is not None:
-        parts = _gym_parts(name, gym, max_episode_steps)
+        parts = task_parts(name, gym, max_episode_steps)
         # the env's network (images, Dicts) is found by building one env, once, when the
         # config is first asked for rather than at registration
         parts["default_config"] = functools.cache(parts["default_config"])
@@ -717,71 +446,6 @@ def register_task(
     task = Task(name=name, hooks=hooks, **parts)
     _USER[name] = task
     return task
-
-
-def _gym_parts(name: str, gym: Any, max_episode_steps: int | None) -> dict[str, Any]:
-    """The ``Task`` fields of task ``name`` stepping ``gym`` (``register_task``'s ``gym=``)."""
-    import gymnasium
-
-    from distrl.envs.gym import VectorEnvInstance, instance_spec, resolve_env_id
-
-    parts: dict[str, Any] = {"gymnasium": True}
-    if isinstance(gym, str):
-        env_id = resolve_env_id(gym.removeprefix(GYM_PREFIX))
-        return parts | {
-            "make_env": _gym_make_env(env_id, max_episode_steps),
-            "default_config": _gym_config(name, env_id),
-            "preflight": functools.partial(_check_spaces, env_id),
-            "description": f"Gymnasium {env_id}",
-        }
-    if isinstance(gym, gymnasium.vector.VectorEnv):
-        if max_episode_steps is not None:
-            raise ValueError(
-                f"register_task({name!r}): max_episode_steps= cannot change the time limit of "
-                f"a VectorEnv instance's envs; wrap them in gymnasium.wrappers.TimeLimit, or pass "
-                f"a factory of one env"
-            )
-        vec = VectorEnvInstance(name, gym)
-        return parts | {
-            "make_env": vec.make_env,
-            "default_config": _gym_default(name, None, vec.num_envs, vec.default_network),
-            "check": vec.check,
-            "description": f"a {vec.kind} of {vec.num_envs} envs, stepped as it is",
-        }
-    registration: dict[str, Any]
-    if isinstance(gym, gymnasium.Env):
-        spec = instance_spec(gym)
-        registration = {
-            "entry_point": spec.entry_point,
-            "kwargs": spec.kwargs,
-            "max_episode_steps": max_episode_steps or spec.max_episode_steps,
-            "additional_wrappers": spec.additional_wrappers,
-            "order_enforce": spec.order_enforce,
-            "disable_env_checker": spec.disable_env_checker,
-            "reward_threshold": spec.reward_threshold,
-            "nondeterministic": spec.nondeterministic,
-        }
-        what = f"copies of a {spec.id} instance (its env.spec)"
-    elif callable(gym):
-        registration = {"entry_point": gym, "max_episode_steps": max_episode_steps}
-        what = f"registered by {getattr(gym, '__module__', '?')}"
-    else:
-        raise ValueError(
-            f"register_task({name!r}): gym= takes a Gymnasium id (e.g. 'CartPole-v1'), a factory "
-            f"of one env, an env made by gymnasium.make, or a gymnasium.vector.VectorEnv; got an "
-            f"object of type {type(gym).__name__}"
-        )
-    from distrl.envs.gym import default_network
-
-    env_id = f"distrl-user/{''.join(c if c.isalnum() or c in '_.' else '_' for c in name)}"
-    gymnasium.registry.pop(env_id, None)  # registered before with another env: replaced
-    gymnasium.register(env_id, **registration)
-    default_network.cache_clear()
-    return parts | {
-        "make_env": _gym_make_env(env_id),
-        "default_config": _gym_default(name, env_id),
-        "description": what,
-    }
 
 
 def is_user_task(name: str) -> bool:
@@ -838,7 +502,7 @@ def get_task(name: str) -> Task:
         return _EPISODIC[name]
     if name.startswith(GYM_PREFIX):
         return _gym_task(name, _GYM_EXAMPLES.get(name[len(GYM_PREFIX) :]))
-    if _is_gym_id(name):  # "CartPole-v1": task gym:CartPole-v1
+    if is_gym_id(name):  # "CartPole-v1": task gym:CartPole-v1
         return get_task(GYM_PREFIX + name)
     known = [*_BUILTINS, *_EPISODIC, *_USER, *(GYM_PREFIX + i for i in _GYM_EXAMPLES)]
     by_lower = {k.lower(): k for k in known}
@@ -849,14 +513,6 @@ def get_task(name: str) -> Task:
         f"Gymnasium environment; a task your own module registers needs `--import MODULE` "
         f"(train, play and export take it)."
     )
-
-
-def _is_gym_id(name: str) -> bool:
-    """Whether ``name`` is a registered Gymnasium id (or an Atari one, whose refusal says what
-    to install when ale-py is missing)."""
-    import gymnasium
-
-    return name in gymnasium.registry or name.startswith("ALE/")
 
 
 AUTO_PREFIX = "env:"

@@ -10,7 +10,7 @@ import pickle
 import pytest
 import torch
 
-from distrl.distributed.learner_actor import RolloutCodec, merge_windows
+from distrl.storage.rollout_codec import RolloutCodec, merge_windows
 from tests.distributed.harness import expect_ok, run_ranks
 from tests.distributed.workers import learn_params, ps_run
 

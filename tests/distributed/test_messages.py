@@ -28,11 +28,10 @@ def test_a_worker_message_round_trips_by_name():
 
 def test_server_floats_are_rounded_to_float32_and_stats_keep_decision_order():
     stats = dict(approx_kl=0.1, pg_loss=-0.2, v_loss=0.3, entropy=0.4, clipfrac=0.5)
-    head = ServerHeader(1, version=4, action=2, lr=1e-3, **stats, part=0, parts=1, length=0)
+    head = ServerHeader(1, version=4, action=2, **stats, part=0, parts=1, length=0)
     back = ServerHeader.read(frame(head, torch.zeros(0), capacity=4))
     assert back.action == 2 and isinstance(back.version, int)
     f32 = lambda x: float(torch.tensor(x, dtype=torch.float32))  # noqa: E731
-    assert back.lr == f32(1e-3)
     assert back.stats == tuple(f32(x) for x in (0.1, -0.2, 0.3, 0.4, 0.5))
 
 

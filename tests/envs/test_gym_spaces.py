@@ -17,7 +17,6 @@ from gymnasium import spaces
 
 import distrl
 from distrl.config import PolicyConfig
-from distrl.distributed.learner_actor import RolloutCodec
 from distrl.envs import make_env
 from distrl.envs.core import ActionSpace, ObsLayout
 from distrl.envs.gym import GymVecEnv, ObsSpec, _missing_dependency, check_spaces, resolve_env_id
@@ -25,6 +24,7 @@ from distrl.policy import ActorCritic
 from distrl.policy import distributions as D
 from distrl.policy.encoders import MultiInputEncoder, float32_from_bytes
 from distrl.storage.rollout import WINDOW, RolloutBuffer
+from distrl.storage.rollout_codec import RolloutCodec
 from tests.helpers import api_train
 
 IMAGE_HWC = spaces.Box(0, 255, (6, 5, 3), np.uint8)

@@ -2,7 +2,7 @@
 and ranks of different installs are refused at setup naming them.
 
 The coordinator (parameter server, learner) reads every header through
-``transport.read_checked``: an unknown kind, a sender other than the peer it came from, a part
+``peers.read_checked``: an unknown kind, a sender other than the peer it came from, a part
 outside ``0 <= part < parts``, a length outside the message's capacity, a negative count or a
 version ahead of the coordinator (ASP's staleness LR divided by zero on it) drops the peer; so
 does a rollout whose discrete action is not an index of the action space. Through the real
@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from distrl.distributed.messages import ActorHeader, WorkerHeader, frame
-from distrl.distributed.transport import install_mismatch, read_checked
+from distrl.distributed.peers import read_checked
+from distrl.distributed.transport import install_mismatch
 from tests.distributed.workers import run_cli
 from tests.helpers import BIN
 
@@ -78,7 +79,7 @@ FLAGS += ["--dist.timeout", "5"]  # how soon the dropped rank learns it and leav
 @pytest.mark.parametrize(
     ("strategy", "rule", "why"),
     [
-        ("ps-asp", "version", "parameter version 10000, ahead of the server's"),
+        ("ps-asp", "version", "version 10000, ahead of the parameter server's"),
         ("learner-actor", "action", "an action -1.0 outside 0..1"),
     ],
 )

@@ -77,14 +77,33 @@ class GradientStep(Protocol):
     def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision: ...
 
 
+def decide_and_step(
+    learner: GradientLearner, flat: torch.Tensor, lr_scale: float = 1.0
+) -> Decision:
+    """The one "decide, then step" of every strategy: the learner decides from the combined
+    ``flat`` (skip on NaN/Inf, early stop on KL, adaptive LR) and, on "step", clips and steps.
+    ``lr_scale`` shrinks this one step only (ASP's staleness-aware LR), leaving the LR state
+    untouched."""
+    decision = learner.decide(flat)
+    if decision.action != "step":
+        return decision
+    if lr_scale == 1.0:
+        learner.apply()
+        return decision
+    groups = learner.optimizer.param_groups
+    for g in groups:
+        g["lr"] = learner.lr * lr_scale
+    learner.apply()
+    for g in groups:
+        g["lr"] = learner.lr
+    return decision
+
+
 class LocalStep:
     """One process: the local gradient is the combined gradient."""
 
     def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision:
-        decision = learner.decide(flat)
-        if decision.action == "step":
-            learner.apply()
-        return decision
+        return decide_and_step(learner, flat)
 
 
 class NonFiniteError(RuntimeError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from distrl.algorithms.ppo import Decision, GradientLearner
+from distrl.algorithms.ppo import Decision, GradientLearner, decide_and_step
 from distrl.distributed.base import Roles
 from distrl.distributed.collectives import Collectives
 
@@ -37,10 +37,7 @@ class AllReduceStrategy(Collectives):
         self.allreduce_sum_(flat)  # the one collective per minibatch
         if self.group_size > 1:
             flat.div_(self.group_size)
-        decision = learner.decide(flat)
-        if decision.action == "step":
-            learner.apply()
-        return decision
+        return decide_and_step(learner, flat)
 
     def verify_replicas(self, module: nn.Module) -> None:
         verify_identical(self, module)

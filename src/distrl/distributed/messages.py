@@ -4,10 +4,10 @@ A message is one fixed-size float32 tensor: a header (a ``Header`` dataclass, on
 per field, in field order) and then a payload of ``length`` words, zero-padded to the direction's
 capacity, so a receiver thread can post ``recv`` of a known size. Header integers are exact in
 float32 below 2**24 (versions, iterations and sample counts stay far below it); float fields are
-rounded to float32 (the learning rate and the decision statistics a server reports). Every
+rounded to float32 (the decision statistics a server reports, an actor's rollout seconds). Every
 header is written by ``frame`` and read by ``Header.read``: no code indexes a header by position.
-The transport (``Inbox`` threads, timed ``isend``) is ``transport.py``; the scheme (who
-sends what when) in each strategy.
+The transport (``Inbox`` threads, timed ``isend``) is ``transport.py``, what a coordinator
+trusts of a message is the peer layer's (``peers.py``), and who sends what when is each side's.
 """
 
 from __future__ import annotations
@@ -106,7 +106,6 @@ class ServerHeader(Header):
     version: int
     action: int
     """Index into ``param_server.ACTIONS`` (step, skip, stop)."""
-    lr: float
     approx_kl: float
     pg_loss: float
     v_loss: float

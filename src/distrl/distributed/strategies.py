@@ -21,11 +21,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from distrl.config import DistConfig, TrainConfig
+from distrl.distributed.actor import Actor
 from distrl.distributed.allreduce import AllReduceStrategy
 from distrl.distributed.base import Strategy
 from distrl.distributed.context import DistContext
-from distrl.distributed.learner_actor import LearnerActor
-from distrl.distributed.param_server import ParameterServer
+from distrl.distributed.learner import Learner
+from distrl.distributed.param_server import SERVER
+from distrl.distributed.ps_server import PSServer
+from distrl.distributed.ps_worker import PSWorker
 
 # What a strategy may give an algorithm; an algorithm's needs name these (runner/algorithms.py).
 WHOLE_EPISODES = "whole episodes"
@@ -107,6 +110,11 @@ def _allreduce(ctx: DistContext, cfg: TrainConfig) -> Strategy:
     return AllReduceStrategy(ctx, profile_sync=cfg.dist.profile_sync, timeout=cfg.dist.timeout)
 
 
+def _learner_actor(ctx: DistContext, cfg: TrainConfig) -> Strategy:
+    side = Learner if ctx.rank < cfg.dist.learners else Actor
+    return side(ctx, cfg)
+
+
 def _elastic(ctx: DistContext, cfg: TrainConfig) -> Strategy:
     from distrl.distributed import elastic
 
@@ -115,7 +123,8 @@ def _elastic(ctx: DistContext, cfg: TrainConfig) -> Strategy:
 
 def _ps(mode: str, options: tuple[str, ...] = (), agreed: bool = True) -> StrategySpec:
     def build(ctx: DistContext, cfg: TrainConfig) -> Strategy:
-        return ParameterServer(ctx, cfg, mode)
+        side = PSServer if ctx.rank == SERVER else PSWorker
+        return side(ctx, cfg, mode)
 
     lacks = {STATS_WHERE_WEIGHTS: _POPART_PS} | ({} if agreed else {AGREED_STATS: _UNAGREED})
     return StrategySpec(build, options, lacks, lambda d: 2, _ps_too_few)
@@ -138,7 +147,7 @@ STRATEGIES: dict[str, StrategySpec] = {
     "ps-asp": _ps("asp", ("ps.staleness_lr",), agreed=False),
     "ps-bap": _ps("bap", ("ps.staleness", "ps.lifetime"), agreed=False),
     "learner-actor": StrategySpec(
-        LearnerActor,
+        _learner_actor,
         ("learners", "sync", "max_policy_lag", "correction"),
         lacks={WHOLE_EPISODES: _EPISODES_LA},
         min_world=lambda d: 2 * d.learners,

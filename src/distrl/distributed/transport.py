@@ -1,5 +1,6 @@
-"""Point-to-point transport shared by the parameter server and learner-actor: how bytes travel,
-apart from what each strategy sends when (its scheme).
+"""Point-to-point transport under the peer layer (``distributed/peers.py``): how bytes travel,
+apart from who sends what when (each side's scheme) and what a coordinator trusts (the peer
+layer).
 
 - **Framing** (``distributed/messages.py``): a message is one fixed-size float32 tensor, a
   header then its payload; ``framed_parts`` cuts a payload longer than one message into parts,
@@ -12,8 +13,9 @@ apart from what each strategy sends when (its scheme).
   ``wait`` consumes the receive, so neither can poll.)
 - **Sends with a deadline** (``send``): a plain Gloo send to a stopped peer waits forever once
   the socket buffer is full.
-- **Words**: float64 rows and pickled-by-``torch.save`` objects as float32 words
-  (``pack64``, ``bytes_payload``), loaded back with ``weights_only=True``.
+- **Words**: float64 rows and uint8 images as float32 words (``storage/words.py``,
+  re-exported), and ``torch.save``d objects (``bytes_payload``), loaded back with
+  ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -24,14 +26,13 @@ import io
 import queue
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from distrl import __version__
 from distrl.distributed.liveness import RankDropped, dropped_reason
 from distrl.distributed.messages import (
     ActorHeader,
@@ -42,8 +43,30 @@ from distrl.distributed.messages import (
     frame,
     kind_of,
 )
+from distrl.storage.words import (  # re-exported: the words every message payload is made of
+    pack64,
+    pack_bytes,
+    unpack64,
+    unpack_bytes,
+)
+from distrl.version import __version__
 
-H = TypeVar("H", bound=Header)
+__all__ = [
+    "Inbox",
+    "bytes_payload",
+    "coordinator_wait",
+    "framed_parts",
+    "from_bytes_payload",
+    "install_mismatch",
+    "install_signature",
+    "pack64",
+    "pack_bytes",
+    "pair_groups",
+    "receiver",
+    "send",
+    "unpack64",
+    "unpack_bytes",
+]
 
 
 class Inbox:
@@ -142,30 +165,6 @@ def to_parts(payload: torch.Tensor, capacity: int) -> list[torch.Tensor]:
     return [payload[i : i + capacity] for i in range(0, max(n, 1), capacity)]
 
 
-def pack64(t: torch.Tensor) -> torch.Tensor:
-    """float64 -> float32 words of the same bytes (exact, no conversion)."""
-    return t.detach().to(torch.float64).contiguous().view(torch.float32)
-
-
-def unpack64(words: torch.Tensor) -> torch.Tensor:
-    return words.clone().view(torch.float64)  # a fresh, aligned copy of the words
-
-
-def pack_bytes(t: torch.Tensor) -> torch.Tensor:
-    """A uint8 tensor as float32 words of the same bytes (zero-padded to a multiple of 4):
-    images cross the wire at one byte per pixel."""
-    flat = t.detach().reshape(-1).contiguous()
-    pad = -flat.numel() % 4
-    if pad:
-        flat = torch.cat([flat, flat.new_zeros(pad)])
-    return flat.view(torch.float32)
-
-
-def unpack_bytes(words: torch.Tensor, n: int) -> torch.Tensor:
-    """The first ``n`` bytes of ``pack_bytes``' words, uint8."""
-    return words.contiguous().view(torch.uint8)[:n]
-
-
 def bytes_payload(obj: Any) -> torch.Tensor:
     """A checkpoint object as float32 words (torch.save bytes, zero-padded, length first)."""
     buf = io.BytesIO()
@@ -178,6 +177,8 @@ def bytes_payload(obj: Any) -> torch.Tensor:
 
 
 def from_bytes_payload(words: torch.Tensor) -> Any:
+    """What ``bytes_payload`` packed, loaded with ``weights_only=True`` (tensors and plain
+    containers only: a payload never makes this process import or run code)."""
     n = int(unpack64(words[:2])[0])
     raw = words[2:].contiguous().view(torch.uint8).numpy().tobytes()[:n]
     return torch.load(io.BytesIO(raw), weights_only=True)
@@ -198,38 +199,6 @@ def framed_parts(
     parts = to_parts(payload, capacity)
     for i, part in enumerate(parts):
         yield frame(header(i, len(parts), part.numel()), part, capacity)
-
-
-# ---- what a coordinator trusts of a peer's message --------------------------------------------
-
-
-def read_checked(
-    cls: type[H], msg: torch.Tensor, peer: int, capacity: int, kinds: Collection[int]
-) -> tuple[H | None, str | None]:
-    """(header, None) for a message a coordinator can act on, else (None, why not): a header
-    that does not parse, an unknown kind, a sender other than the peer it came from, a part
-    outside ``0 <= part < parts``, a payload length outside ``0..capacity`` or any other
-    negative count. A coordinator drops the peer by name instead of crashing on it."""
-    try:
-        header = cls.read(msg)
-    except (ValueError, OverflowError) as e:  # NaN or Inf where an integer belongs
-        return None, f"an unreadable header ({e})"
-    if header.kind not in kinds:
-        return None, f"a message of unknown kind {header.kind}"
-    sender = getattr(header, "sender", peer)
-    if sender != peer:
-        return None, f"a message claiming to come from rank {sender}"
-    part, parts = getattr(header, "part", 0), getattr(header, "parts", 1)
-    if not 0 <= part < parts:
-        return None, f"part {part} of {parts}"
-    length = getattr(header, "length", 0)
-    if not 0 <= length <= capacity:
-        return None, f"a payload length of {length} words (0..{capacity} fit)"
-    for f in dataclasses.fields(header):
-        value = getattr(header, f.name)
-        if isinstance(value, int) and value < 0:
-            return None, f"a negative {f.name} ({value})"
-    return header, None
 
 
 # ---- one install on every rank ----------------------------------------------------------------

@@ -16,7 +16,6 @@ from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner
 from distrl.config import TrainConfig
-from distrl.distributed.base import Roles
 from distrl.distributed.collectives import Collectives
 from distrl.distributed.context import DistContext
 from distrl.distributed.strategies import STRATEGIES, StrategySpec
@@ -24,7 +23,6 @@ from distrl.distributed.strategies import STRATEGIES, StrategySpec
 
 class LocalSGD(Collectives):
     name = "local-sgd"
-    roles = Roles(collector=True, learner=True)
 
     def __init__(self, ctx: DistContext, cfg: TrainConfig):
         super().__init__(ctx, timeout=cfg.dist.timeout)

@@ -134,7 +134,7 @@ def equivalence(
         strategy = make_strategy(cfg, ctx)
         runner = OnPolicyRunner(cfg, strategy, env)
         learner = runner.learner
-        if strategy.roles.server:
+        if strategy.role.server:
             runner.learn()  # serves until every worker is done
             return runner_replica(runner)
         if world == 1:  # one process forms the global minibatches of two ranks (blocks=2)

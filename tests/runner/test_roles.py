@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from distrl.distributed import context
-from distrl.distributed.base import Links, Roles, ServerEvent
+from distrl.distributed.base import LEARN_FROM_ACTORS, SERVE, Role, ServerEvent
 from distrl.distributed.strategies import make_strategy
 from distrl.envs.registry import make_env
 from distrl.policy import Moments
@@ -45,8 +45,8 @@ class FakeServer:
 
 def server_runner(cfg, ctx, link: FakeServer) -> OnPolicyRunner:
     strategy = make_strategy(cfg, ctx)  # one process: allreduce's identity collectives
-    strategy.roles = Roles(collector=False, learner=False, server=True)
-    strategy.links = Links(server=link)
+    strategy.role = Role(SERVE)  # the strategy is its role's link: this one serves as ``link``
+    strategy.serve, strategy.release = link.serve, link.release  # type: ignore[method-assign]
     return OnPolicyRunner(cfg, strategy, make_env(cfg, ctx.device))
 
 
@@ -158,7 +158,7 @@ def test_a_learner_link_needs_an_algorithm_of_fixed_length_rollouts():
 
     class NoRollouts:
         remote = None
-        strategy = type("S", (), {"links": Links(learner=object())})()  # type: ignore[arg-type]
+        strategy = type("S", (), {"role": Role(LEARN_FROM_ACTORS)})()
 
     with pytest.raises(TypeError, match="on-policy PPO, not NoRollouts"):
         roles.run(NoRollouts())  # type: ignore[arg-type]

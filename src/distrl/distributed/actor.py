@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from distrl import interrupts
-from distrl.distributed.base import Links, Roles
+from distrl.distributed.base import ACT, Role
 from distrl.distributed.learner_actor import ABORT, BYE, DONE, ROLLOUT, STATE, WEIGHTS, LARank
 from distrl.distributed.liveness import PeerFailure
 from distrl.distributed.messages import ActorHeader, LearnerHeader, kind_of
@@ -25,12 +25,11 @@ class Actor(LARank):
     """``--dist.strategy learner-actor`` on ranks >= L: the ``ActorLink`` of
     ``runner.roles.act``."""
 
-    roles = Roles(collector=True, learner=False)
+    role = Role(ACT)
 
     def __init__(self, ctx: Any, cfg: Any):
         super().__init__(ctx, cfg)
         self.my_learner = (ctx.rank - self.L) % self.L
-        self.links = Links(actor=self)
         self.stop_at: int | None = None  # the version the learners stopped at
 
     def start(self) -> None:

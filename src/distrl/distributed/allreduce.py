@@ -13,13 +13,11 @@ import torch
 from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner, decide_and_step
-from distrl.distributed.base import Roles
 from distrl.distributed.collectives import Collectives
 
 
 class AllReduceStrategy(Collectives):
     name = "allreduce"
-    roles = Roles(collector=True, learner=True)
 
     def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Rank 0's parameters, buffers (normalizer) and optimizer state reach every rank as

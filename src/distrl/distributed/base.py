@@ -4,9 +4,10 @@ A strategy is chosen by ``--dist.strategy`` (the ``STRATEGIES`` registry in
 ``distributed/strategies.py``) and handed to the runner, which never builds one. It holds no
 loop: the runner's role loops (``runner/roles.py``) run every rank's iterations. It owns:
 
-- **roles and links**: what this rank does (``Roles``) and, for a rank that does not simply
-  collect and learn, the narrow link its role loop talks through (``Links``: a parameter
-  server's ``ServerLink``, learner-actor's ``LearnerLink`` and ``ActorLink``);
+- **the role**: what this rank does (``Role``: the loop it runs). A strategy's registry row
+  builds this rank's *side* (a parameter server's server or worker, a learner or an actor):
+  for a rank that does not simply collect and learn, the side is the narrow link its role loop
+  talks through (``ServerLink``, ``LearnerLink``, ``ActorLink``);
 - **step**: how one minibatch's local ``[grads | decision scalars]`` becomes new parameters
   (combine across ranks, let the learner decide skip / early stop / LR, take the step);
 - **agreed statistics**: ``reduce_stats`` sums and gathers named tensors in one collective;
@@ -51,19 +52,39 @@ if TYPE_CHECKING:
     from distrl.runner.collector import Collector, RemoteRollouts
 
 
-@dataclass(frozen=True)
-class Roles:
-    """What this rank does each iteration."""
+COLLECT_AND_LEARN, SERVE, LEARN_FROM_ACTORS, ACT = "collect_and_learn", "serve", "learn", "act"
+LOOPS = (COLLECT_AND_LEARN, SERVE, LEARN_FROM_ACTORS, ACT)
 
-    collector: bool = True
-    """Steps environments with the current policy and fills a rollout buffer."""
-    learner: bool = True
-    """Computes advantages and gradients from a rollout."""
-    server: bool = False
-    """Holds the authoritative parameters and optimizer (parameter-server strategies)."""
+
+@dataclass(frozen=True)
+class Role:
+    """What this rank does each iteration: the role loop it runs (``runner/roles.py``). A rank
+    whose loop is not ``collect_and_learn`` talks to its peers through its strategy object, which
+    is then its link (``ServerLink``, ``LearnerLink``, ``ActorLink``)."""
+
+    loop: str = COLLECT_AND_LEARN
     remote_rollouts: int = 0
     """A learner that does not collect: how many other ranks' rollouts it trains on per
     iteration (learner-actor: its actors)."""
+
+    def __post_init__(self) -> None:
+        if self.loop not in LOOPS:
+            raise ValueError(f"role loop {self.loop!r} is not one of {LOOPS}")
+
+    @property
+    def collector(self) -> bool:
+        """Steps environments with the current policy and fills a rollout buffer."""
+        return self.loop in (COLLECT_AND_LEARN, ACT)
+
+    @property
+    def learner(self) -> bool:
+        """Computes advantages and gradients from a rollout."""
+        return self.loop in (COLLECT_AND_LEARN, LEARN_FROM_ACTORS)
+
+    @property
+    def server(self) -> bool:
+        """Holds the authoritative parameters and optimizer (parameter-server strategies)."""
+        return self.loop == SERVE
 
 
 @dataclass
@@ -171,14 +192,14 @@ class Strategy(Protocol):
     else is."""
 
     name: str
-    roles: Roles
+    role: Role
+    """This rank's role loop; the strategy object is the link of any loop but
+    ``collect_and_learn``."""
     rank: int
     world_size: int
     is_main: bool
     active: bool
     """False for one process: every collective is then the identity and costs nothing."""
-    links: Links
-    """The link this rank's role loop talks through (none: it collects and learns)."""
     seed_rank: int
     """Seeds are ``seed + seed_rank``: the rank itself, except where a rank stands in for
     another (learner-actor: actor i seeds as rank i would, so one learner and one actor
@@ -339,12 +360,3 @@ class ActorLink(Protocol):
 
     def send_state(self, iteration: int, state: Any) -> None:
         """This rank's checkpoint state for ``iteration``, to its learner."""
-
-
-@dataclass(frozen=True)
-class Links:
-    """The link a strategy gives this rank's role; none for a rank that collects and learns."""
-
-    server: ServerLink | None = None
-    learner: LearnerLink | None = None
-    actor: ActorLink | None = None

@@ -17,13 +17,16 @@ import torch
 import torch.distributed as dist
 
 from distrl import interrupts
-from distrl.distributed.base import Agreed, Links
+from distrl.distributed.base import Agreed, Role
 from distrl.distributed.context import DistContext
 from distrl.distributed.liveness import heartbeat, peer_failure
 from distrl.distributed.transport import install_mismatch, install_signature
 
 
 class Collectives:
+    role = Role()
+    """Every rank collects and learns, unless a side says otherwise."""
+
     def __init__(self, ctx: DistContext, profile_sync: bool = False, timeout: float = 120.0):
         self.ctx = ctx
         self.timeout = timeout
@@ -45,7 +48,6 @@ class Collectives:
         self.stop_requested = False
         self.interrupt = 0
         self.stats_agreed = True
-        self.links = Links()  # every rank collects and learns: no link
 
     @property
     def num_collectors(self) -> int:

@@ -17,7 +17,7 @@ from torch import nn
 
 from distrl import interrupts
 from distrl.distributed.allreduce import AllReduceStrategy, verify_identical
-from distrl.distributed.base import Links, Roles
+from distrl.distributed.base import LEARN_FROM_ACTORS, Role
 from distrl.distributed.learner_actor import (
     ABORT,
     BYE,
@@ -42,8 +42,7 @@ class Learner(LARank):
     def __init__(self, ctx: Any, cfg: Any):
         super().__init__(ctx, cfg)
         self.mine = [a for a in self.actors if (a - self.L) % self.L == ctx.rank]
-        self.roles = Roles(collector=False, learner=True, remote_rollouts=len(self.mine))
-        self.links = Links(learner=self)
+        self.role = Role(LEARN_FROM_ACTORS, remote_rollouts=len(self.mine))
         self.group, self.group_size = self.learner_group, self.L
         self.targets = set(self.actors)  # the actors it still sends weights to
         self.heard = 0  # what its actors' headers noted (a signal or a stop request)

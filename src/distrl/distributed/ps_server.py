@@ -17,7 +17,7 @@ import torch
 
 from distrl import interrupts
 from distrl.algorithms.ppo import Decision, decide_and_step
-from distrl.distributed.base import Links, Roles, ServerEvent, StatsSink
+from distrl.distributed.base import SERVE, Role, ServerEvent, StatsSink
 from distrl.distributed.liveness import PeerFailure
 from distrl.distributed.messages import ServerHeader, WorkerHeader
 from distrl.distributed.param_server import (
@@ -46,11 +46,7 @@ class PSServer(PSRank):
     """``--dist.strategy ps-*`` on rank 0: ``serve`` is the server's loop, ``release`` its
     end."""
 
-    roles = Roles(collector=False, learner=False, server=True)
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.links = Links(server=self)
+    role = Role(SERVE)
 
     def start(self) -> None:
         self.lr = float(self.learner.optimizer.param_groups[0]["lr"])  # what the server logs

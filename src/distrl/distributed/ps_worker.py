@@ -12,7 +12,7 @@ import torch
 
 from distrl import interrupts
 from distrl.algorithms.ppo import Decision, GradientLearner
-from distrl.distributed.base import Agreed, Roles, StatsLayout
+from distrl.distributed.base import Agreed, StatsLayout
 from distrl.distributed.messages import ServerHeader, WorkerHeader
 from distrl.distributed.param_server import (
     ACTIONS,
@@ -34,8 +34,6 @@ from distrl.distributed.transport import Inbox, bytes_payload, pack64, receiver,
 class PSWorker(PSRank):
     """``--dist.strategy ps-*`` on ranks 1..: ``step`` and ``reduce_stats`` through the server,
     ``finish`` says DONE and waits for BYE."""
-
-    roles = Roles(collector=True, learner=True)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -1,7 +1,7 @@
 """``--dist.strategy`` name -> strategy; the runner is handed the result and never builds one.
 
 Adding a strategy is a class in its own file (the ``Strategy`` protocol of
-``distributed/base.py``: its roles, ``run`` for their loops, ``step``, ``reduce_stats``; most
+``distributed/base.py``: its ``role``, ``step``, ``reduce_stats``; most
 inherit the timed collectives of ``Collectives``) plus one ``STRATEGIES`` line naming how to
 build it, which ``--dist`` options only it reads, what it does not give an algorithm (with the
 reason), how many processes it needs and whether its rollouts may come from older weights.

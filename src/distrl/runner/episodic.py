@@ -68,7 +68,7 @@ class EpisodicRunner(Runner):
         dev, n, limit = torch.device(device), cfg.env.num_envs, cfg.env.max_episode_steps
         # Tasks are sharded over the collecting ranks; only this rank's are built (a parameter
         # server builds one env of one row, for the spaces). Task ids index ``task_names``.
-        shard = task_shard(strategy.collector_index, T, C) if strategy.roles.collector else []
+        shard = task_shard(strategy.collector_index, T, C) if strategy.role.collector else []
         self.envs: dict[int, EpisodicVecEnv] = {
             t: suite.make_task_env(self.task_names[t], n, dev, limit) for t in shard
         }
@@ -392,7 +392,7 @@ class EpisodicRunner(Runner):
         """Agreed on every rank: the streak is computed from agreed numbers. Where a worker's
         numbers are partial (ps-asp/bap), its parameter server decides for it
         (``strategy.stop_requested``)."""
-        if not (self.strategy.stats_agreed or self.strategy.roles.server):
+        if not (self.strategy.stats_agreed or self.strategy.role.server):
             return False
         return self.streak >= self.mt.early_stop_patience
 

@@ -52,8 +52,8 @@ class OnPolicyRunner(Runner):
         super().__init__(cfg, strategy, telemetry, run_dir, hooks)
         self.env = env
         self.policy = ActorCritic.for_env(env, cfg.policy)
-        roles = strategy.roles
-        slots = roles.remote_rollouts or 1
+        role = strategy.role
+        slots = role.remote_rollouts or 1
         d = cfg.dist  # async actors' rollouts may come from older weights: V-trace
         off_policy = STRATEGIES[d.strategy].off_policy(d)
         off_policy = off_policy and d.correction == "vtrace"
@@ -63,11 +63,11 @@ class OnPolicyRunner(Runner):
         self.ppo = self.learner.ppo
         self.collector: Collector | None = None  # this rank's own envs
         self.remote: RemoteRollouts | None = None  # or the rollouts other ranks collect
-        if roles.collector:
+        if role.collector:
             self.collector = Collector(
                 env, self.policy, cfg.agent.num_steps, strategy.rank, self.seed, cfg.agent.gamma
             )
-        elif roles.learner:
+        elif role.learner:
             self.remote = RemoteRollouts(env, self.policy, cfg.agent.num_steps, slots, env.device)
         self._env_steps = 0  # every collector's, from the agreed statistics (absorb)
         # what absorb keeps for summary: each collector's rollout time and episode window (by

@@ -11,7 +11,7 @@ Every role runs the same sequence, and each step of it is one ``Runner`` method 
     checkpoint when due          runner.checkpoint(...)
 
 =====================  =================================  ======================================
-role                   who                                 its link (``distributed.base.Links``)
+role                   who                                 its link (the strategy object itself)
 =====================  =================================  ======================================
 ``collect_and_learn``  allreduce ranks, ps-* workers       none: ``strategy.step``/``reduce_stats``
 ``serve``              a parameter server's rank 0          ``ServerLink``: iteration events
@@ -21,15 +21,23 @@ role                   who                                 its link (``distribut
                                                             and checkpoint states out
 =====================  =================================  ======================================
 
-The strategy says which role a rank plays by the link it gives it; it holds no loop.
+The strategy says which role a rank plays (``strategy.role``, a ``distributed.base.Role``) and
+is that role's link; it holds no loop.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from distrl.distributed.base import ActorLink, LearnerLink, ServerLink
+from distrl.distributed.base import (
+    ACT,
+    LEARN_FROM_ACTORS,
+    SERVE,
+    ActorLink,
+    LearnerLink,
+    ServerLink,
+)
 
 if TYPE_CHECKING:  # annotations only: runner/base.py imports this module
     from distrl.runner.base import Runner
@@ -37,13 +45,13 @@ if TYPE_CHECKING:  # annotations only: runner/base.py imports this module
 
 def run(runner: Runner) -> dict[str, Any]:
     """This rank's whole training loop, for its role; returns the last record."""
-    links = runner.strategy.links
-    if links.server is not None:
-        return serve(runner, links.server)
-    if links.learner is not None:
-        return learn_from_actors(runner, links.learner)
-    if links.actor is not None:
-        return act(runner, links.actor)
+    strategy, loop = runner.strategy, runner.strategy.role.loop
+    if loop == SERVE:
+        return serve(runner, cast(ServerLink, strategy))
+    if loop == LEARN_FROM_ACTORS:
+        return learn_from_actors(runner, cast(LearnerLink, strategy))
+    if loop == ACT:
+        return act(runner, cast(ActorLink, strategy))
     return collect_and_learn(runner)
 
 

@@ -47,9 +47,11 @@ import torch
 from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner
+from distrl.distributed.liveness import PeerFailure
 
 if TYPE_CHECKING:
     from distrl.runner.collector import Collector, RemoteRollouts
+    from distrl.training_state import TrainingState
 
 
 COLLECT_AND_LEARN, SERVE, LEARN_FROM_ACTORS, ACT = "collect_and_learn", "serve", "learn", "act"
@@ -242,9 +244,10 @@ class Strategy(Protocol):
     def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Make every rank's replica (parameters, buffers, optimizer state) equal rank 0's."""
 
-    def iterate(self, runner: Any) -> dict[str, Any]:
-        """One iteration of a collecting and learning rank: ``runner.iterate()``, or, where the
-        strategy survives a lost peer, that iteration redone or discarded ({}) after one."""
+    @property
+    def recovery(self) -> Recovery | None:
+        """How a collecting and learning rank survives a lost peer (elastic), or None: a lost
+        peer then ends the run, naming it."""
         ...
 
     def record_metrics(self) -> dict[str, Any]:
@@ -279,6 +282,21 @@ class Strategy(Protocol):
 
     def finish(self) -> None:
         """This rank's training loop is over (a worker tells its server)."""
+
+
+class Recovery(Protocol):
+    """What ``runner.roles.collect_and_learn`` asks of a strategy that survives a lost peer
+    (elastic): the loop stays the loop, and these three calls are all it knows of recovery."""
+
+    def enter(self, runner: Any) -> None:
+        """Before the first iteration: a rank that joins a running group takes its state."""
+
+    def boundary(self, runner: Any) -> None:
+        """After an iteration every member completed: let in the ranks waiting to join."""
+
+    def recover(self, runner: Any, held: TrainingState, error: PeerFailure) -> None:
+        """A peer was lost inside the iteration begun from ``held`` (a copy of the training
+        state, ``distrl/training_state.py``): go on with the survivors from one state."""
 
 
 # ---- links: what a role loop needs of its strategy beyond step and reduce_stats ----------------

@@ -114,11 +114,10 @@ class Collectives:
     def finish(self) -> None:
         """Nothing to tell anyone (strategies with a server override this)."""
 
-    def iterate(self, runner: Any) -> dict[str, Any]:
-        """One iteration of a rank that collects and learns (``elastic`` survives a peer's
-        failure inside it)."""
-        record: dict[str, Any] = runner.iterate()
-        return record
+    @property
+    def recovery(self) -> Any:
+        """None: a lost peer ends the run, naming it (``elastic`` survives one)."""
+        return None
 
     def record_metrics(self) -> dict[str, Any]:
         """What the strategy adds to each iteration's record (none here)."""

@@ -41,6 +41,7 @@ from distrl.runner import roles
 from distrl.runner.collector import Collector, RemoteRollouts
 from distrl.runner.hooks import Hooks
 from distrl.telemetry import Telemetry
+from distrl.training_state import TrainingState
 
 
 def seed_everything(seed: int) -> None:
@@ -374,14 +375,7 @@ class Runner(ABC):
             ranks = self.strategy.gather_object(self.rank_state())
         if not self.strategy.is_main or self.run_dir is None:
             return None
-        state = {
-            "policy": self.policy.state_dict(),
-            **self.algorithm_state(),
-            "iteration": self.iteration,
-            "env_steps": self.env_steps,
-            "wall_time": wall_time,
-            "ranks": ranks,
-        }
+        state = self.training_state(rank=False).to_checkpoint(wall_time, ranks)
         meta = ckpt.run_metadata(to_dict(self.cfg), self.strategy.world_size, self.env_steps)
         keep = self.cfg.agent.keep_checkpoints
         self.last_checkpoint = ckpt.save_checkpoint(
@@ -393,9 +387,30 @@ class Runner(ABC):
         """Load the checkpoint every rank was told to load; returns notes on changed fields."""
         state, manifest = ckpt.load_checkpoint(path, map_location="cpu")
         notes = ckpt.check_resume_compatible(manifest, to_dict(self.cfg), self.strategy.world_size)
-        self.policy.load_state_dict(state["policy"])
-        self.load_algorithm_state(state)
-        self.iteration = int(state["iteration"])
+        self.load_training_state(TrainingState.from_checkpoint(state, self.strategy.rank))
         self.wall_offset = float(state["wall_time"])
-        self.load_rank_state(state["ranks"][self.strategy.rank] or {})  # {}: a dropped actor
         return notes
+
+    # ---- the training state ----------------------------------------------------------------
+    def training_state(self, rank: bool = True) -> TrainingState:
+        """This rank's training state as one value (``distrl/training_state.py``); ``rank``:
+        with its own part (``rank_state``), which a checkpoint gathers from every rank
+        instead."""
+        replica = {
+            "policy": self.policy.state_dict(),
+            **self.algorithm_state(),
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+        }
+        return TrainingState(replica, self.rank_state() if rank else {}, self.last_record)
+
+    def load_training_state(self, state: TrainingState, rank: bool = True) -> None:
+        """Go on from ``state``; ``rank``: its own part too (an empty one, a dropped actor's or
+        a slot's that was not in the group, leaves this rank's envs as they are)."""
+        self.policy.load_state_dict(state.replica["policy"])
+        self.load_algorithm_state(state.replica)
+        self.iteration = state.iteration
+        if rank:
+            self.load_rank_state(state.rank)
+        if state.record is not None:
+            self.last_record = state.record

@@ -38,6 +38,7 @@ from distrl.distributed.base import (
     LearnerLink,
     ServerLink,
 )
+from distrl.distributed.liveness import PeerFailure
 
 if TYPE_CHECKING:  # annotations only: runner/base.py imports this module
     from distrl.runner.base import Runner
@@ -56,13 +57,28 @@ def run(runner: Runner) -> dict[str, Any]:
 
 
 def collect_and_learn(runner: Runner) -> dict[str, Any]:
-    """Every rank under allreduce, a parameter server's workers: ``Runner.iterate`` until done,
-    then the replica check and ``strategy.finish`` (a worker tells its server)."""
-    strategy = runner.strategy
+    """Every rank under allreduce and elastic, a parameter server's workers: ``Runner.iterate``
+    until done, then the replica check and ``strategy.finish`` (a worker tells its server).
+
+    Where the strategy survives a lost peer (``strategy.recovery``: elastic), each iteration
+    begins from a held copy of the training state; a peer lost inside it is survived by
+    ``recover`` (the iteration discarded, or kept where this rank's update completed), and at
+    the iteration's end ``boundary`` lets in the ranks waiting to join."""
+    strategy, recovery = runner.strategy, runner.strategy.recovery
     record: dict[str, Any] = {}
     strategy.take_times()
+    if recovery is not None:
+        recovery.enter(runner)
     while not runner.done:
-        record = strategy.iterate(runner) or record
+        held = runner.training_state(rank=False).copy() if recovery is not None else None
+        try:
+            record = runner.iterate()
+            if recovery is not None:
+                recovery.boundary(runner)
+        except PeerFailure as e:
+            if recovery is None or held is None:
+                raise
+            recovery.recover(runner, held, e)
     runner.finished()
     strategy.verify_replicas(runner.policy)
     strategy.finish()

@@ -77,6 +77,10 @@ _request: str | None = None  # why a callback of this process asked the run to s
 REQUEST = 0x100
 """The note of a stop request (``request_stop``): above every signal number, so never one."""
 
+NOTES = frozenset({0, REQUEST, *(int(s) for s in SIGNALS)})
+"""Every note a rank can send (``note``): none, a stop request, or a signal that stops a run. A
+coordinator drops a peer whose message says anything else."""
+
 
 def received() -> int:
     """The first SIGINT or SIGTERM this process received while training (0: none)."""

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from distrl.distributed.messages import ActorHeader, WorkerHeader, frame
-from distrl.distributed.peers import read_checked
+from distrl.distributed.peers import Coordinator, read_checked
 from distrl.distributed.transport import install_mismatch
 from tests.distributed.workers import run_cli
 from tests.helpers import BIN
@@ -45,6 +45,7 @@ def worker_msg(**change) -> torch.Tensor:
         ({"length": -3}, "payload length of -3"),
         ({"length": 17}, "payload length of 17 words (0..16 fit)"),
         ({"samples": -1}, "negative samples"),
+        ({"signal": 7}, "a signal field of 7"),
     ],
 )
 def test_a_malformed_header_is_named(change, why):
@@ -96,3 +97,104 @@ def test_a_bad_message_drops_its_sender_and_the_run_goes_on(tmp_path: Path, stra
     assert f"dropped {who}" in text and why in text, text[-3000:]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["iteration"] == 6
+
+
+# ---- the coordinator side of the peer layer, fed by hand (no process group) -------------------
+
+
+class FedInbox:
+    """An ``Inbox`` whose messages the test puts in."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.queue: queue.Queue = queue.Queue()
+
+    def get(self, timeout: float):
+        import queue
+
+        try:
+            return self.queue.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return None
+
+
+def coordinator(capacity: int = 8, **kw) -> tuple[Coordinator, FedInbox]:
+    inbox = FedInbox()
+    c = Coordinator(
+        title="parameter server",
+        noun="worker",
+        peers=[1, 2],
+        header=WorkerHeader,
+        kinds=KINDS,
+        done_kind=4,
+        capacity=capacity,
+        group_of=lambda peer: None,
+        timeout=60.0,
+        version=lambda: 5,
+        inbox=inbox,  # type: ignore[arg-type]
+        **kw,
+    )
+    return c, inbox
+
+
+def part(sender: int, part: int, parts: int, payload: torch.Tensor, kind: int = 3) -> torch.Tensor:
+    head = WorkerHeader(
+        kind, sender=sender, version=0, iteration=1, samples=0, part=part, parts=parts, nsums=0,
+        length=payload.numel(),
+    )  # fmt: skip
+    return frame(head, payload, 8)
+
+
+def test_parts_are_joined_in_order_and_one_out_of_order_drops_its_sender():
+    c, inbox = coordinator()
+    a, b = torch.arange(8.0), torch.arange(8.0, 11.0)
+    inbox.queue.put((1, part(1, 0, 2, a)))
+    assert c.receive(0.1) is None  # the first part is held
+    inbox.queue.put((1, part(1, 1, 2, b)))
+    msg = c.receive(0.1)
+    assert msg is not None and torch.equal(msg.payload, torch.cat([a, b]))
+    inbox.queue.put((2, part(2, 1, 2, b)))  # its part 1 before its part 0
+    assert c.receive(0.1) is None
+    assert c.live == {1} and "part 1 of 2 (kind 3) where part 0" in c.dropped[2]
+    assert "parameter server: dropped worker rank 2" in c.messages[0]
+
+
+def test_a_message_of_more_parts_than_fit_drops_its_sender_before_it_is_held():
+    c, inbox = coordinator(max_words=16)  # 8 words a part: 3 parts would be 24 words
+    inbox.queue.put((2, part(2, 0, 3, torch.zeros(8))))
+    assert c.receive(0.1) is None and 2 not in c.live
+    assert "3 parts, over 16 words" in c.dropped[2] and c.parts[2] == []
+
+
+def test_a_scheme_check_and_a_version_ahead_drop_the_sender_and_the_last_one_ends_the_run():
+    from distrl.distributed.liveness import PeerFailure
+
+    c, inbox = coordinator(check=lambda head, payload: "a wrong size" if payload.numel() else None)
+    inbox.queue.put((1, part(1, 0, 1, torch.zeros(2))))
+    assert c.receive(0.1) is None and "it sent a wrong size" in c.dropped[1]
+    head = WorkerHeader(2, sender=2, version=9, iteration=1, samples=0, part=0, parts=1,
+                        nsums=0, length=0)  # fmt: skip
+    inbox.queue.put((2, frame(head, torch.zeros(0), 8)))
+    with pytest.raises(PeerFailure, match="lost every worker"):
+        c.receive(0.1)
+    assert "version 9, ahead of the parameter server's 5" in c.dropped[2]
+
+
+def test_a_statistics_row_of_another_layout_drops_its_sender_not_the_server():
+    """Under ps-bsp the server adds the round's rows together: a row of another size would fail
+    that sum (and the run) instead of naming the worker that sent it."""
+    from types import SimpleNamespace
+
+    from distrl.distributed.base import StatsLayout
+    from distrl.distributed.ps_server import PSServer
+
+    layout = StatsLayout((("batch", (3,)),), (("window", (2,)),))  # 3 sums, 5 words a row
+    server = SimpleNamespace(num_grad=4, layout=layout)
+    head = lambda nsums: WorkerHeader(  # noqa: E731
+        1, sender=1, version=0, iteration=1, samples=0, part=0, parts=1, nsums=nsums, length=0
+    )
+    assert PSServer._check(server, head(3), torch.zeros(10)) is None  # type: ignore[arg-type]
+    why = PSServer._check(server, head(3), torch.zeros(12))  # type: ignore[arg-type]
+    assert why == "statistics of 3 sums in 12 words, not 3 in 10"
+    assert PSServer._check(server, head(2), torch.zeros(10)) is not None  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ class FakeServer:
     def __init__(self, messages: list[tuple[torch.Tensor, dict[int, torch.Tensor], set[int]]]):
         self.messages, self.released = messages, False
 
-    def serve(self, on_stats, start_iteration, should_stop):
+    def serve(self, on_stats, start_iteration, should_stop, layout=None):
         for it, (sums, rows, live) in enumerate(self.messages, start_iteration + 1):
             on_stats(sums, rows, live)
             metrics = {"time/iteration": 0.5, "dist/server_wait": 0.125, "dist/workers": 2}

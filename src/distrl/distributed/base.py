@@ -322,10 +322,16 @@ class ServerLink(Protocol):
     """The serving rank of a parameter server (``runner.roles.serve``)."""
 
     def serve(
-        self, on_stats: StatsSink, start_iteration: int, should_stop: Callable[[], bool]
+        self,
+        on_stats: StatsSink,
+        start_iteration: int,
+        should_stop: Callable[[], bool],
+        layout: StatsLayout | None = None,
     ) -> Iterator[ServerEvent]:
         """Apply what the workers send until they finish; ``on_stats`` takes in each
-        statistics message, ``should_stop`` is the algorithm's early stop on what it took in."""
+        statistics message, ``should_stop`` is the algorithm's early stop on what it took in;
+        ``layout``: what every statistics row must hold (a row of another size drops its
+        sender)."""
         ...
 
     def release(self) -> list[str]:

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from distrl import interrupts
 from distrl.distributed.liveness import PeerFailure, release_dropped
 from distrl.distributed.messages import Header
 from distrl.distributed.transport import (
@@ -67,8 +68,9 @@ def read_checked(
 ) -> tuple[H | None, str | None]:
     """(header, None) for a message a coordinator can act on, else (None, why not): a header
     that does not parse, an unknown kind, a sender other than the peer it came from, a part
-    outside ``0 <= part < parts``, a payload length outside ``0..capacity`` or any other
-    negative count. A coordinator drops the peer by name instead of crashing on it."""
+    outside ``0 <= part < parts``, a payload length outside ``0..capacity``, any other
+    negative count, or a ``signal`` that is no note a rank sends (``interrupts.NOTES``). A
+    coordinator drops the peer by name instead of crashing on it."""
     try:
         header = cls.read(msg)
     except (ValueError, OverflowError) as e:  # NaN or Inf where an integer belongs
@@ -88,6 +90,9 @@ def read_checked(
         value = getattr(header, f.name)
         if isinstance(value, int) and value < 0:
             return None, f"a negative {f.name} ({value})"
+    note = getattr(header, "signal", 0)
+    if note not in interrupts.NOTES:
+        return None, f"a signal field of {note} (not SIGINT, SIGTERM or a stop request)"
     return header, None
 
 
@@ -121,12 +126,14 @@ class Coordinator:
         check: Callable[[Any, torch.Tensor], str | None] = lambda head, payload: None,
         on_drop: Callable[[int, str], None] = lambda peer, why: None,
         max_words: int = MAX_WORDS,
+        inbox: Inbox | None = None,
     ):
         """``title`` names the coordinator in what it says ("parameter server"), ``noun`` its
         peers ("worker"); ``version()`` is the newest version it holds (a peer cannot be
         ahead of it); ``check(header, payload)`` is the scheme's own rule for a whole message
         (why it cannot be used, or None); ``on_drop(peer, why)`` runs before a peer is dropped
-        and may raise to stop the run instead (a scheme that needs every peer)."""
+        and may raise to stop the run instead (a scheme that needs every peer). ``inbox``: where
+        messages arrive (default: a receiver thread per peer in its pair group)."""
         self.title, self.noun, self.header = title, noun, header
         self.kinds, self.done_kind, self.capacity = kinds, done_kind, capacity
         self.group_of, self.timeout, self.version = group_of, timeout, version
@@ -141,7 +148,7 @@ class Coordinator:
         self.parts: dict[int, list[tuple[Any, torch.Tensor]]] = {p: [] for p in peers}
         self.wait = 0.0  # seconds spent waiting for a message (taken by the side)
         size = header.size() + capacity
-        self.inbox = Inbox(self.peers, size, done_kind, receiver(size, group_of))
+        self.inbox = inbox or Inbox(self.peers, size, done_kind, receiver(size, group_of))
 
     # ---- receiving -------------------------------------------------------------------------
     def receive(self, timeout: float, suspects: Collection[int] | None = None) -> Message | None:

@@ -17,7 +17,7 @@ import torch
 
 from distrl import interrupts
 from distrl.algorithms.ppo import Decision, decide_and_step
-from distrl.distributed.base import SERVE, Role, ServerEvent, StatsSink
+from distrl.distributed.base import SERVE, Role, ServerEvent, StatsLayout, StatsSink
 from distrl.distributed.liveness import PeerFailure
 from distrl.distributed.messages import ServerHeader, WorkerHeader
 from distrl.distributed.param_server import (
@@ -47,6 +47,9 @@ class PSServer(PSRank):
     end."""
 
     role = Role(SERVE)
+    layout: StatsLayout | None = None
+    """What every worker's statistics row holds (``serve``); a row of another size drops its
+    sender instead of failing the sum of a BSP round."""
 
     def start(self) -> None:
         self.lr = float(self.learner.optimizer.param_groups[0]["lr"])  # what the server logs
@@ -74,6 +77,14 @@ class PSServer(PSRank):
             return f"a gradient of {payload.numel()} words, not {n}"
         if head.kind == STATS and not 0 < 2 * head.nsums <= payload.numel():
             return f"statistics of {head.nsums} sums in {payload.numel()} words"
+        layout = self.layout
+        if head.kind == STATS and layout is not None:
+            want = (layout.num_sums, 2 * layout.numel)
+            if (head.nsums, payload.numel()) != want:
+                return (
+                    f"statistics of {head.nsums} sums in {payload.numel()} words, not "
+                    f"{want[0]} in {want[1]}"
+                )
         return None
 
     def _on_drop(self, worker: int, why: str) -> None:
@@ -125,6 +136,7 @@ class PSServer(PSRank):
         on_stats: StatsSink,
         start_iteration: int = 0,
         should_stop: Callable[[], bool] = lambda: False,
+        layout: StatsLayout | None = None,
     ) -> Iterator[ServerEvent]:
         """Apply what the workers send until every live one is done; yields an event per
         completed iteration and per checkpoint.
@@ -132,7 +144,7 @@ class PSServer(PSRank):
         ``on_stats(summed sums, {worker: its whole statistics row}, live workers)`` lets the
         algorithm take in the statistics (``Runner.absorb``: normalizers, episode windows,
         counts; a dropped worker's windows no longer count)."""
-        self.on_stats, self.should_stop = on_stats, should_stop
+        self.on_stats, self.should_stop, self.layout = on_stats, should_stop, layout
         peers = self.peers
         peers.completed = dict.fromkeys(self.workers, start_iteration)
         peers.heard_now()

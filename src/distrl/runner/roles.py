@@ -98,7 +98,7 @@ def serve(runner: Runner, link: ServerLink) -> dict[str, Any]:
 
     record: dict[str, Any] = {}
     stop = lambda: runner.stop_early  # noqa: E731 (the server's view of every worker)
-    for event in link.serve(on_stats, runner.iteration, stop):
+    for event in link.serve(on_stats, runner.iteration, stop, layout):
         if event.kind == "checkpoint":
             ranks = [event.states.get(r, {}) for r in range(runner.strategy.world_size)]
             runner.iteration = max(runner.iteration, event.iteration)

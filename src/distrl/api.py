@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import random
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,10 +31,10 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import gymnasium
-import numpy as np
 import torch
 import yaml
 
+from distrl import seeding
 from distrl.config import TrainConfig, to_dict, validate
 from distrl.evaluation import EvalResult
 from distrl.policy.actor_critic import ActorCritic
@@ -367,13 +366,11 @@ class _process_state_restored:
         self.threads = torch.get_num_threads()
         self.affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         self.denormal = _flush_denormal()
-        self.rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+        self.rng = seeding.host_rng()
 
     def __exit__(self, *exc: object) -> None:
         torch.set_num_threads(self.threads)
         if self.affinity is not None:
             os.sched_setaffinity(0, self.affinity)
         torch.set_flush_denormal(self.denormal)
-        torch.set_rng_state(self.rng[0])
-        np.random.set_state(self.rng[1])
-        random.setstate(self.rng[2])
+        seeding.set_host_rng(self.rng)

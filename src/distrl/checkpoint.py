@@ -16,13 +16,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
 
 from distrl.checkpoint_store import (
     CHECKPOINT_GLOB,
@@ -49,6 +45,7 @@ from distrl.checkpoint_store import (
     unsafe_torch,
     verify_checkpoint,
 )
+from distrl.seeding import capture_rng_state, restore_rng_state  # re-exported
 
 __all__ = [
     # the file store's, re-exported (distrl.checkpoint_store)
@@ -320,67 +317,3 @@ def check_resume_compatible(manifest: dict, cfg_dict: dict, world_size: int) -> 
             if old != new:
                 notes.append(f"{f}: {_fmt(old)} -> {_fmt(new)}")
     return notes
-
-
-# ------------------------------------------------------------------------------------ RNG
-
-
-def capture_rng_state() -> dict:
-    """Global RNG states of torch (CPU, CUDA), numpy and ``random``, safe for weights_only.
-
-    ``torch.load(weights_only=True)`` refuses numpy arrays and arbitrary objects, so numpy's
-    MT19937 key becomes an int64 tensor and every other part a plain int/float/str/list.
-    CUDA states are captured only when CUDA is initialised (otherwise nothing drew from them).
-    """
-    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
-    py_version, py_internal, py_gauss_next = random.getstate()
-    cuda = (
-        [s.clone() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_initialized() else []
-    )
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": cuda,
-        "numpy": {
-            "bit_generator": str(np_name),
-            # uint32 key words fit in int64 exactly.
-            "keys": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),
-            "pos": int(np_pos),
-            "has_gauss": int(np_has_gauss),
-            "cached_gaussian": float(np_gauss),
-        },
-        "python": {
-            "version": int(py_version),
-            "internal": [int(x) for x in py_internal],
-            "gauss_next": None if py_gauss_next is None else float(py_gauss_next),
-        },
-    }
-
-
-def restore_rng_state(d: dict) -> None:
-    """Inverse of ``capture_rng_state`` (after any ``map_location``: tensors may be anywhere).
-
-    CUDA states are restored for the devices both the capture and this process have; a run
-    moved from GPU to CPU simply has none to restore.
-    """
-    missing = [k for k in ("torch", "cuda", "numpy", "python") if k not in d]
-    if missing:
-        raise ValueError(f"RNG state lacks {', '.join(missing)}")
-    torch.set_rng_state(d["torch"].to(device="cpu", dtype=torch.uint8))
-    if d["cuda"] and torch.cuda.is_available():
-        n = min(len(d["cuda"]), torch.cuda.device_count())
-        for i in range(n):
-            torch.cuda.set_rng_state(d["cuda"][i].to(device="cpu", dtype=torch.uint8), i)
-    npd = d["numpy"]
-    np.random.set_state(
-        (
-            npd["bit_generator"],
-            npd["keys"].cpu().numpy().astype(np.uint32),
-            int(npd["pos"]),
-            int(npd["has_gauss"]),
-            float(npd["cached_gaussian"]),
-        )
-    )
-    pyd = d["python"]
-    random.setstate(
-        (int(pyd["version"]), tuple(int(x) for x in pyd["internal"]), pyd["gauss_next"])
-    )

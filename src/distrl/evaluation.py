@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
@@ -31,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from distrl.envs.core import VecEnv
 from distrl.hooks import Hooks
+from distrl.seeding import rng_untouched
 
 if TYPE_CHECKING:
     from distrl.config import TrainConfig
@@ -263,19 +262,6 @@ def eval_mode(policy: ActorCritic) -> Iterator[None]:
         yield
     finally:
         policy.train(was_training)
-
-
-class rng_untouched:
-    """Put back torch's, numpy's and ``random``'s global RNG states on exit: what runs inside
-    cannot shift the random streams of training."""
-
-    def __enter__(self) -> None:
-        self.states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-
-    def __exit__(self, *exc: object) -> None:
-        torch.set_rng_state(self.states[0])
-        np.random.set_state(self.states[1])
-        random.setstate(self.states[2])
 
 
 class Evaluator:

@@ -260,8 +260,3 @@ def shutdown(clean: bool = True, peer_lost: bool = False) -> None:
             with contextlib.suppress(Exception):  # a peer already gone: nothing to wait for
                 dist.barrier()
         dist.destroy_process_group()
-
-
-def rank_seed(base_seed: int, rank: int) -> int:
-    """Seed = base + global rank (the local rank would repeat seeds on every node)."""
-    return base_seed + rank

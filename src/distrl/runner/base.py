@@ -19,37 +19,25 @@ under any strategy that ``distributed/strategies.check_strategy`` does not refus
 
 from __future__ import annotations
 
-import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from distrl import checkpoint as ckpt
 from distrl import interrupts
 from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig, to_dict
 from distrl.distributed.base import Agreed, StatsLayout, Strategy
-from distrl.distributed.context import rank_seed
-from distrl.evaluation import BEST, Evaluator, eval_mode, film, rng_untouched
+from distrl.evaluation import BEST, Evaluator, eval_mode, film
 from distrl.policy import ActorCritic
 from distrl.runner import roles
 from distrl.runner.collector import Collector, RemoteRollouts
 from distrl.runner.hooks import Hooks
+from distrl.seeding import rank_seed, rng_untouched, seed_everything
 from distrl.telemetry import Telemetry
 from distrl.training_state import TrainingState
-
-
-def seed_everything(seed: int) -> None:
-    """torch, numpy and ``random``: nothing here draws from the last two, but checkpoints
-    capture their state, so two runs with one seed write identical checkpoints."""
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
 
 
 class Runner(ABC):

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import torch
 
-from distrl import checkpoint as ckpt
+from distrl import seeding
 from distrl.envs.core import VecEnv
 from distrl.policy import ActorCritic, Moments
 from distrl.storage.rollout import WINDOW, RolloutBuffer
@@ -179,7 +179,7 @@ class Collector:
         """What differs per rank: env state, RNG, current observation, episode bookkeeping."""
         return {
             "env": self.env.state_dict(),
-            "rng": ckpt.capture_rng_state(),
+            "rng": seeding.capture_rng_state(),
             "obs": self.obs.cpu(),
             "ep_return": self.ep_return.cpu(),
             "ep_length": self.ep_length.cpu(),
@@ -192,7 +192,7 @@ class Collector:
     def load_state_dict(self, s: dict[str, Any]) -> None:
         device = self.buffer.obs.device
         self.env.load_state_dict(s["env"])
-        ckpt.restore_rng_state(s["rng"])
+        seeding.restore_rng_state(s["rng"])
         self.obs = s["obs"].to(device)
         self.ep_return = s["ep_return"].to(device)
         self.ep_length = s["ep_length"].to(device)

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from distrl import checkpoint as ckpt
+from distrl import seeding
 from distrl.algorithms.bc import bc_loss
 from distrl.algorithms.ppo import PPO
 from distrl.algorithms.rloo import EpisodeAdvantages, rloo_advantages, rloo_policy_loss
@@ -409,7 +409,7 @@ class EpisodicRunner(Runner):
         assert self.schedule is not None, "a rank that collects has a schedule"
         return {
             "schedule": self.schedule.state_dict(),
-            "rng": ckpt.capture_rng_state(),
+            "rng": seeding.capture_rng_state(),
             "shuffle_rng": self.shuffle_gen.get_state(),
             "own": {t: (o.cpu(), a.cpu()) for t, (o, a) in self.own.items()},
         }
@@ -418,7 +418,7 @@ class EpisodicRunner(Runner):
         if not mine or self.schedule is None:  # a parameter server's own slot
             return
         self.schedule.load_state_dict(mine["schedule"])
-        ckpt.restore_rng_state(mine["rng"])
+        seeding.restore_rng_state(mine["rng"])
         self.shuffle_gen.set_state(mine["shuffle_rng"])
         dev = next(self.policy.parameters()).device
         self.own = {  # (checkpoints from before self-imitation have none)

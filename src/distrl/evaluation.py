@@ -404,3 +404,83 @@ class EvalCallback(Hooks):
         if self.evaluator is not None:
             self.evaluator.close()
             self.evaluator = None
+
+
+class TrainingEvaluation(Hooks):
+    """The evaluation during training, one path beside ``EvalCallback``: ``--eval.interval``
+    (the eval/* metrics in the record when due, a new best kept as ``checkpoints/best.pt``) and
+    ``--eval.video-interval`` (one deterministic episode filmed). Every runner puts it first
+    among its hooks; it acts on the main rank only."""
+
+    def __init__(self) -> None:
+        self.evaluator: Evaluator | None = None  # built at the first due evaluation
+
+    def on_record(self, runner: Runner, record: dict[str, Any]) -> None:
+        if not runner.strategy.is_main:
+            return
+        if runner.cfg.eval.interval > 0:
+            self._evaluate(runner, record)
+        if runner.cfg.eval.video_interval > 0:
+            self._film(runner, record)
+
+    def _evaluate(self, runner: Runner, record: dict[str, Any]) -> None:
+        """``--eval.interval``: add the eval/* metrics to ``record`` when due, and keep a new
+        best as ``checkpoints/best.pt`` (``Evaluator``)."""
+        from distrl import checkpoint
+        from distrl.config import to_dict
+
+        it = int(record.get("iteration", runner.iteration))
+        if self.evaluator is None:
+            device = next(runner.policy.parameters()).device
+            self.evaluator = Evaluator(runner.cfg, device, runner.run_dir)
+        ev = self.evaluator
+        if not ev.due(it):
+            return
+        ev.last_iteration = it
+        metrics = ev.run(runner.policy)
+        record.update(metrics)
+        score, e = metrics[ev.score_key], runner.cfg.eval
+        if ev.suite is not None:
+            what = f"held-out success {score:.3f} over {e.episodes} episodes per task"
+        else:
+            spread = metrics["eval/return_std"]
+            what = f"return {score:.2f} ± {spread:.2f} over {e.episodes} episodes"
+        text = f"eval: iteration {it}, {what} (seed {e.seed}, {metrics['eval/time']:.2f} s)"
+        if ev.improved(score) and runner.run_dir is not None:
+            state = {"policy": runner.policy.state_dict(), "iteration": it}
+            state |= {"env_steps": runner.env_steps, "wall_time": runner.wall_time()}
+            world = runner.strategy.world_size
+            meta = checkpoint.run_metadata(to_dict(runner.cfg), world, runner.env_steps)
+            meta |= {"eval_score": score, "eval_metric": ev.score_key, "policy_only": True}
+            if ev.suite is None:
+                meta["eval_return_mean"] = score
+            where = runner.run_dir / "checkpoints"
+            path = checkpoint.save_checkpoint(where, it, state, meta, name=BEST)
+            text += f"; best so far, kept as {path}"
+        runner.message(text)
+        if it >= runner.cfg.agent.max_iterations:
+            ev.close()
+
+    def _film(self, runner: Runner, record: dict[str, Any]) -> None:
+        """``--eval.video-interval``: film one deterministic episode when due, to
+        RUN/videos/iteration_<k>.mp4; the record gets its path and return (eval/video,
+        eval/video_return)."""
+        it = int(record.get("iteration", runner.iteration))
+        every, last = runner.cfg.eval.video_interval, runner.cfg.agent.max_iterations
+        if runner.run_dir is None or (it % every != 0 and it < last):
+            return
+        path = runner.run_dir / "videos" / f"iteration_{it:08d}.mp4"
+        device = next(runner.policy.parameters()).device
+        with rng_untouched(), eval_mode(runner.policy):
+            n, fps, ret = film(
+                runner.cfg.task,
+                runner.cfg.env.max_episode_steps,
+                device,
+                lambda env: runner.policy,
+                path,
+                runner.cfg.eval.seed,
+            )
+        record["eval/video"], record["eval/video_return"] = str(path), ret
+        runner.message(
+            f"video: iteration {it}, {n} frames at {fps:g} fps, return {ret:.2f}: {path}"
+        )

@@ -30,12 +30,12 @@ from distrl import interrupts
 from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig, to_dict
 from distrl.distributed.base import Agreed, StatsLayout, Strategy
-from distrl.evaluation import BEST, Evaluator, eval_mode, film
+from distrl.evaluation import TrainingEvaluation
 from distrl.policy import ActorCritic
 from distrl.runner import roles
 from distrl.runner.collector import Collector, RemoteRollouts
 from distrl.runner.hooks import Hooks
-from distrl.seeding import rank_seed, rng_untouched, seed_everything
+from distrl.seeding import rank_seed, seed_everything
 from distrl.telemetry import Telemetry
 from distrl.training_state import TrainingState
 
@@ -63,13 +63,14 @@ class Runner(ABC):
         self.open_sinks: Callable[[], Telemetry] | None = None
         """Opens this run's sinks here (the session sets it): ``take_over_writing``."""
         self.run_dir = run_dir
-        self.hooks = list(hooks or [])
+        # the evaluation during training (--eval.interval, --eval.video-interval) first, so the
+        # user's hooks see its figures in the record
+        self.hooks: list[Hooks] = [TrainingEvaluation(), *(hooks or [])]
         self.seed = rank_seed(cfg.seed, strategy.seed_rank)
         seed_everything(self.seed)
         self.iteration = 0
         self.wall_offset = 0.0
         self._start = time.perf_counter()
-        self.evaluator: Evaluator | None = None  # built on the main rank at the first due eval
         self.last_checkpoint: Path | None = None  # the newest this process wrote
         self.stop_request: str | None = None  # why a hook of this process asked to stop
         self.last_record: dict[str, Any] | None = None  # the newest iteration's, on every rank
@@ -247,10 +248,6 @@ class Runner(ABC):
         """Log one record: on the main rank first the evaluation when one is due, then the
         hooks' ``on_record`` additions and, once the run stops early, why (``stopped``); after
         it, the hooks' ``after_iteration`` (False from one asks to stop: ``request_stop``)."""
-        if self.strategy.is_main and self.cfg.eval.interval > 0:
-            self.evaluate_into(record)
-        if self.strategy.is_main and self.cfg.eval.video_interval > 0:
-            self.film_into(record)
         for h in self.hooks:
             if hasattr(h, "on_record"):  # (hooks that do not subclass Hooks may lack it)
                 h.on_record(self, record)
@@ -264,80 +261,6 @@ class Runner(ABC):
 
     def message(self, text: str) -> None:
         self.tel.message(text)
-
-    def take_over_writing(self) -> None:
-        """This process writes the run from now on (metrics, TensorBoard, checkpoints): the
-        one that did was lost and the strategy went on without it (elastic)."""
-        if self.tel.enabled or self.open_sinks is None:
-            return
-        self.tel = self.open_sinks()
-        self.message(f"writer: this process writes the run from iteration {self.iteration} on")
-
-    def log_held_iteration(self) -> None:
-        """On the writer: log the record of the iteration this process holds if the sinks have
-        none for it (elastic: the members kept an iteration whose writer, or whose records,
-        were lost before it logged it; ``last_record`` came with the state they agreed)."""
-        rec, logged = self.last_record, self.tel.last_iteration
-        if not self.tel.enabled or rec is None or rec.get("iteration") != self.iteration:
-            return
-        if logged is None or logged < self.iteration:
-            self.tel.log(rec)
-            self.message(f"writer: logged iteration {self.iteration}, which its writer had not")
-
-    def evaluate_into(self, record: dict[str, Any]) -> None:
-        """``--eval.interval``: add the eval/* metrics to ``record`` when due, and keep a new
-        best as ``checkpoints/best.pt`` (``distrl.evaluation.Evaluator``)."""
-        it = int(record.get("iteration", self.iteration))
-        if self.evaluator is None:
-            device = next(self.policy.parameters()).device
-            self.evaluator = Evaluator(self.cfg, device, self.run_dir)
-        ev = self.evaluator
-        if not ev.due(it):
-            return
-        ev.last_iteration = it
-        metrics = ev.run(self.policy)
-        record.update(metrics)
-        score, e = metrics[ev.score_key], self.cfg.eval
-        if ev.suite is not None:
-            what = f"held-out success {score:.3f} over {e.episodes} episodes per task"
-        else:
-            spread = metrics["eval/return_std"]
-            what = f"return {score:.2f} ± {spread:.2f} over {e.episodes} episodes"
-        text = f"eval: iteration {it}, {what} (seed {e.seed}, {metrics['eval/time']:.2f} s)"
-        if ev.improved(score) and self.run_dir is not None:
-            state = {"policy": self.policy.state_dict(), "iteration": it}
-            state |= {"env_steps": self.env_steps, "wall_time": self.wall_time()}
-            meta = ckpt.run_metadata(to_dict(self.cfg), self.strategy.world_size, self.env_steps)
-            meta |= {"eval_score": score, "eval_metric": ev.score_key, "policy_only": True}
-            if ev.suite is None:
-                meta["eval_return_mean"] = score
-            path = ckpt.save_checkpoint(self.run_dir / "checkpoints", it, state, meta, name=BEST)
-            text += f"; best so far, kept as {path}"
-        self.message(text)
-        if it >= self.cfg.agent.max_iterations:
-            ev.close()
-
-    def film_into(self, record: dict[str, Any]) -> None:
-        """``--eval.video-interval``: film one deterministic episode when due, to
-        RUN/videos/iteration_<k>.mp4; the record gets its path and return (eval/video,
-        eval/video_return)."""
-        it = int(record.get("iteration", self.iteration))
-        every, last = self.cfg.eval.video_interval, self.cfg.agent.max_iterations
-        if self.run_dir is None or (it % every != 0 and it < last):
-            return
-        path = self.run_dir / "videos" / f"iteration_{it:08d}.mp4"
-        device = next(self.policy.parameters()).device
-        with rng_untouched(), eval_mode(self.policy):
-            n, fps, ret = film(
-                self.cfg.task,
-                self.cfg.env.max_episode_steps,
-                device,
-                lambda env: self.policy,
-                path,
-                self.cfg.eval.seed,
-            )
-        record["eval/video"], record["eval/video_return"] = str(path), ret
-        self.message(f"video: iteration {it}, {n} frames at {fps:g} fps, return {ret:.2f}: {path}")
 
     # ---- checkpoints -----------------------------------------------------------------------
     def checkpoint_due(self) -> bool:

@@ -47,7 +47,7 @@ commands:
   sweep <task> --trials N [--space FILE] [--nproc N] [-- train overrides]
                               hyperparameter search with Optuna (the sweep extra):
                               each trial a run directory, the best one's command printed;
-                              --resume SWEEP_DIR continues one
+                              --resume SWEEP_DIR [--import MODULE] continues one
   bench <what> [options]      measure throughput, time to solve, scaling (`distrl bench --help`)
   list                        every task with a one-line description
 """
@@ -205,6 +205,8 @@ def sweep_main(argv: list[str]) -> int:
 
     own, overrides = _split_at_dashes(argv)
     try:
+        # --import MODULE before the `--`: what a resumed sweep's modules come from (sweep.py)
+        own = take_imports(own)
         result = sweep.run_sweep(parse_flags(sweep.SweepArgs, own, "distrl sweep"), overrides)
     except (ValueError, ImportError) as e:  # each names its fix
         return _fail(str(e))

@@ -309,6 +309,7 @@ def load_demos(path: str | Path, check_suite: bool = True) -> dict[str, Any]:
     observation and action sizes against the suite's own. Every problem is a ValueError naming
     the file."""
     from distrl import checkpoint as ck
+    from distrl.envs.registry import check_task_from_file
 
     p = Path(path).expanduser()
     where = f"demonstrations file {path}"
@@ -332,6 +333,11 @@ def load_demos(path: str | Path, check_suite: bool = True) -> dict[str, Any]:
     missing = [k for k in ("suite", "tasks", "meta", "data") if k not in demos]
     if missing:
         raise ValueError(f"{where}: lacks {', '.join(missing)} (damaged or hand-made?)")
+    if not isinstance(demos["suite"], str):
+        raise ValueError(f"{where}: 'suite' should be a suite's name, e.g. reach10")
+    # a name read from a file imports no module: a gym:<module>:<Id> is refused before any
+    # lookup of it (check_suite's get_task, a caller's) could import that module
+    check_task_from_file(demos["suite"], where)
     tasks, data = demos["tasks"], demos["data"]
     if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
         raise ValueError(f"{where}: 'tasks' should be a non-empty list of task names")

@@ -45,6 +45,7 @@ from torch import nn
 
 from distrl.install import pip_install
 from distrl.policy.actor_critic import ActorCritic, LinearTanh
+from distrl.safe_files import safe_open
 
 FORMATS = ("onnx", "torchscript")
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -230,7 +231,8 @@ def export_policy(
     finally:
         tmp.unlink(missing_ok=True)
     meta["parity"] = {"max_abs_diff": diff, "checked_with": checked_with, "tolerance": TOLERANCE}
-    sidecar(out).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    with safe_open(sidecar(out), "w", encoding="utf-8") as f:  # never through a link
+        f.write(json.dumps(meta, indent=2) + "\n")
     return ExportResult(out, meta, diff, checked_with)
 
 

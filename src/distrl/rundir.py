@@ -24,6 +24,7 @@ from distrl import checkpoint as ckpt
 from distrl.config import TrainConfig, from_dict, to_dict
 from distrl.envs.core import VecEnv
 from distrl.policy.actor_critic import ActorCritic
+from distrl.safe_files import open_fd
 
 
 def load(path: str | Path, device: torch.device) -> tuple[TrainConfig, dict[str, Any], Path, dict]:
@@ -143,7 +144,8 @@ class RunLock:
         path = Path(run_dir).expanduser()
         path.mkdir(parents=True, exist_ok=True)
         self.path = path / LOCK_FILE
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # never through a link: one would have its target truncated below (safe_files)
+        fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -167,5 +169,5 @@ class RunLock:
 def check_unlocked(run_dir: str | Path) -> None:
     """Refuse, before anything starts, a run directory a live run holds (``RunLock``)."""
     path = Path(run_dir).expanduser()
-    if (path / LOCK_FILE).exists():
+    if (path / LOCK_FILE).exists() or (path / LOCK_FILE).is_symlink():
         RunLock(path).release()

@@ -122,7 +122,9 @@ class SweepArgs:
     sweep_dir: str | None = None
     """Where the sweep writes (default: runs/sweep-<task>-<timestamp>)."""
     resume: str | None = None
-    """A sweep directory to continue: its task, overrides and settings from its sweep.yaml."""
+    """A sweep directory to continue: its task, overrides and settings from its sweep.yaml. A
+    file imports no module: an ``--import MODULE`` its overrides name must be given again here
+    (``distrl sweep --resume DIR --import MODULE``), or the sweep is refused."""
 
 
 def import_optuna() -> Any:
@@ -358,14 +360,38 @@ def _open(args: SweepArgs, overrides: list[str]) -> tuple[Path, dict[str, Any]]:
             )
         return sweep_dir, _settings(args, overrides)
     sweep_dir = Path(args.resume)
-    if not (sweep_dir / "sweep.yaml").is_file():
+    path = sweep_dir / "sweep.yaml"
+    if not path.is_file():
         raise ValueError(f"--resume {args.resume}: no sweep.yaml there; pass a sweep directory")
     if args.task is not None or overrides:
         raise ValueError(
-            "--resume continues the sweep with its own task and overrides "
-            f"({sweep_dir / 'sweep.yaml'}); leave them out"
+            f"--resume continues the sweep with its own task and overrides ({path}); leave them out"
         )
-    return sweep_dir, yaml.safe_load((sweep_dir / "sweep.yaml").read_text(encoding="utf-8"))
+    s = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not (isinstance(s, dict) and isinstance(s.get("task"), str)
+            and isinstance(s.get("overrides"), list)):  # fmt: skip
+        raise ValueError(f"{path}: not the settings of a distrl sweep (task, overrides, ...)")
+    check_file_imports(s, path, sweep_dir)
+    return sweep_dir, s
+
+
+def check_file_imports(s: dict[str, Any], path: Path, sweep_dir: Path) -> None:
+    """A resumed sweep's file imports no module: its task passes ``check_task_from_file``, and
+    each module an ``--import`` of its overrides names must be imported already, by this
+    command line's ``--import MODULE`` (or the caller's code); ``run_sweep`` then leaves the
+    file's ``--import`` flags out."""
+    from distrl.args import _take_import_flags
+    from distrl.envs.registry import check_task_from_file
+
+    check_task_from_file(s["task"], str(path))
+    named, _ = _take_import_flags([str(o) for o in s["overrides"]])
+    missing = [m for m in dict.fromkeys(named) if m not in sys.modules]
+    if missing:
+        flags = " ".join(f"--import {m}" for m in missing)
+        raise ValueError(
+            f"{path} names {flags}, and a file never makes distrl import code: name the "
+            f"modules on this command line: distrl sweep --resume {sweep_dir} {flags}"
+        )
 
 
 def run_sweep(
@@ -375,12 +401,17 @@ def run_sweep(
     say: Callable[[str], None] = print,
 ) -> SweepResult:
     """Run (or continue) a sweep; ``pruner``: an Optuna pruner instead of ``args.pruner``'s."""
-    from distrl.args import parse_train_args
+    from distrl.args import _take_import_flags, parse_train_args
     from distrl.runner.algorithms import check_compatible
 
+    sweep_dir, s = _open(args, list(overrides))  # a resumed sweep's file is checked first
     optuna = import_optuna()
-    sweep_dir, s = _open(args, list(overrides))
-    base = parse_train_args([s["task"], *s["overrides"]])
+    # the command line's --import flags run; a resumed sweep's file's are left out (_open: its
+    # modules were imported by this command line already)
+    given = [str(o) for o in s["overrides"]]
+    base = parse_train_args(
+        [s["task"], *(given if args.resume is None else _take_import_flags(given)[1])]
+    )
     if int(s["nproc"]) > 1:  # else the overrides' own --nproc, if any
         base = dataclasses.replace(base, nproc=int(s["nproc"]))
     check_compatible(base, base.nproc)  # once, not in every trial: the strategy, the algorithm
@@ -470,9 +501,12 @@ def describe(result: SweepResult) -> str:
     )
     lines = [f"sweep {sweep_dir}: {len(states)} trials ({counts}); {sweep_dir / 'sweep.csv'}"]
     if result.interrupted:
+        from distrl.args import IMPORTED
+
+        imports = "".join(f" --import {m}" for m in IMPORTED)  # a file imports none: say them
         lines.append(
             f"interrupted by {result.interrupted}; continue with: distrl sweep "
-            f"--resume {sweep_dir} --trials {result.trials}"
+            f"--resume {sweep_dir}{imports} --trials {result.trials}"
         )
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:

@@ -52,6 +52,7 @@ from rich.progress import (
 from rich.table import Table
 
 from distrl.install import pip_install
+from distrl.safe_files import safe_open
 
 __all__ = ["Telemetry", "read_metrics", "to_jsonable"]
 
@@ -433,21 +434,25 @@ class _ActiveTelemetry(Telemetry):
 
     def _open_metrics(self) -> IO[str]:
         path = self.run_dir / METRICS_FILE
-        # A crash mid-write can leave a partial last line; start ours on a fresh line so the
-        # damage stays confined to that one (skipped by read_metrics).
-        needs_newline = False
-        size = path.stat().st_size if path.exists() else 0
-        if size > 0:
-            with path.open("rb") as tail:
-                tail.seek(-min(size, TAIL_BYTES), os.SEEK_END)
-                data = tail.read()
-            needs_newline = not data.endswith(b"\n")
-            self.last_iteration = _last_iteration(data, whole=size <= TAIL_BYTES)
         # Line-buffered append: every record reaches the OS as soon as it is written, so a
-        # crash loses nothing already logged, and a resumed run continues the same file.
-        f = path.open("a", encoding="utf-8", buffering=1)
-        if needs_newline:
-            f.write("\n")
+        # crash loses nothing already logged, and a resumed run continues the same file. Opened
+        # first, never through a symbolic link (safe_files): a link's target is neither read
+        # nor appended to.
+        f = safe_open(path, "a", encoding="utf-8", buffering=1)
+        try:
+            # A crash mid-write can leave a partial last line; start ours on a fresh line so
+            # the damage stays confined to that one (skipped by read_metrics).
+            size = os.fstat(f.fileno()).st_size
+            if size > 0:
+                with path.open("rb") as tail:
+                    tail.seek(-min(size, TAIL_BYTES), os.SEEK_END)
+                    data = tail.read()
+                self.last_iteration = _last_iteration(data, whole=size <= TAIL_BYTES)
+                if not data.endswith(b"\n"):
+                    f.write("\n")
+        except BaseException:
+            f.close()
+            raise
         return f
 
     # -- per iteration ----------------------------------------------------------------------

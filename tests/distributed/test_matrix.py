@@ -109,12 +109,16 @@ def test_recurrent_ppo_learns_cartpole_without_velocities_under(tmp_path, strate
     ["allreduce", *(pytest.param(s, marks=pytest.mark.long) for s in ("ps-bsp", "ps-asp"))],
 )
 def test_multitask_rloo_solves_reach10_under(tmp_path, strategy):
+    """The suite's success reaches 0.9 and the run stops on it. Under ps-asp the record after
+    the stop can read lower: the server decides the stop on the statistics it has, and the
+    workers that were still mid-iteration finish it and report episodes of their own (one
+    run here read 0.903, 0.906, then 0.889 in the record of the iteration the workers ended)."""
     flags = [*STRATEGIES[strategy], "--multitask.early-stop-success", "0.9"]
     flags += ["--multitask.early-stop-patience", "2"]
     records, out = train(tmp_path, "reach10", flags)
-    last = records[-1]
-    assert last["success/suite"] >= 0.9, [r["success/suite"] for r in records]
-    assert last["iteration"] < 300 and "early stop: suite success >= 0.9" in out
+    best = max(r["success/suite"] or 0.0 for r in records)
+    assert best >= 0.9, [r["success/suite"] for r in records]
+    assert records[-1]["iteration"] < 300 and "early stop: suite success >= 0.9" in out
 
 
 @pytest.mark.long

@@ -18,7 +18,7 @@ the KL and step. Identical combined numbers give identical decisions on every ra
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -40,6 +40,17 @@ class Decision:
     action: Literal["step", "skip", "stop"]
     stats: tuple[float, ...] = ()
     """(approx_kl, pg_loss, v_loss, entropy, clipfrac) of a step taken; empty otherwise."""
+
+
+DECISION_METRICS = ("approx_kl", "loss/policy", "loss/value", "loss/entropy", "clipfrac")
+"""The metric name of each of ``Decision.stats``, in order: every learner that steps (the
+local update, a parameter server) reports them under these names."""
+
+
+def decision_metrics(sums: Sequence[float], steps: int) -> dict[str, float]:
+    """Each decision statistic's mean over the ``steps`` taken, by metric name."""
+    denom = max(steps, 1)
+    return {k: v / denom for k, v in zip(DECISION_METRICS, sums, strict=True)}
 
 
 class GradientLearner(Protocol):
@@ -384,13 +395,8 @@ class PPO:
                     sums[k] += v
             if stopped_early:
                 break
-        denom = max(steps, 1)
         return {
-            "loss/policy": sums["pg_loss"] / denom,
-            "loss/value": sums["v_loss"] / denom,
-            "loss/entropy": sums["entropy"] / denom,
-            "approx_kl": sums["approx_kl"] / denom,
-            "clipfrac": sums["clipfrac"] / denom,
+            **decision_metrics([sums[k] for k in _SCALARS[:5]], steps),
             "lr": self.lr,
             "train/updates": steps,
             "train/skipped_updates": skipped,

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from distrl import interrupts
-from distrl.algorithms.ppo import Decision, decide_and_step
+from distrl.algorithms.ppo import Decision, decide_and_step, decision_metrics
 from distrl.distributed.base import SERVE, Role, ServerEvent, StatsLayout, StatsSink
 from distrl.distributed.liveness import PeerFailure
 from distrl.distributed.messages import ServerHeader, WorkerHeader
@@ -351,10 +351,8 @@ class PSServer(PSRank):
 
     def _metrics(self) -> dict[str, Any]:
         acc, now = self.acc, time.perf_counter()
-        steps = max(acc["steps"], 1)
-        names = ("approx_kl", "loss/policy", "loss/value", "loss/entropy", "clipfrac")
         st = acc["staleness"]
-        out: dict[str, Any] = {k: v / steps for k, v in zip(names, acc["sums"], strict=True)}
+        out: dict[str, Any] = decision_metrics(acc["sums"], acc["steps"])
         out |= {
             "lr": self.lr,
             "train/updates": acc["steps"],

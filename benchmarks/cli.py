@@ -12,6 +12,7 @@ from benchmarks.comm import CommArgs, comm
 from benchmarks.finetune import FinetuneArgs, finetune
 from benchmarks.learn import LearnArgs, learn
 from benchmarks.meta_world import MetaWorldArgs, metaworld
+from benchmarks.neighbour import NeighbourArgs, neighbour
 from benchmarks.project import ProjectArgs, project_cmd
 from benchmarks.roofline import RooflineArgs, roofline
 from benchmarks.scaling import ScalingArgs, scaling
@@ -32,6 +33,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   project      t_iter, speedup and efficiency projected to large world sizes
   straggler    allreduce vs parameter server (BSP, ASP, BAP), with and without a slow worker
   broadcast    learner -> actor weight sync: routing table vs naive vs dist.broadcast, GB/s
+  neighbour    a task's iteration time alone and beside a second distrl run, per OpenMP setting
   roofline     one iteration against the machine's matmul limit at its exact GEMM shapes, by phase
   cluster      nodes in network namespaces on rate-limited links (root): all-reduce vs the
                alpha-beta model per link rate and past W=2; routing-table weight sync vs naive
@@ -48,6 +50,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "project": (ProjectArgs, project_cmd),
     "straggler": (StragglerArgs, straggler),
     "broadcast": (BroadcastArgs, broadcast),
+    "neighbour": (NeighbourArgs, neighbour),
     "roofline": (RooflineArgs, roofline),
     "cluster": (ClusterArgs, cluster),
 }

@@ -18,8 +18,12 @@ import sys
 import traceback
 from pathlib import Path
 
-from distrl import interrupts
+from distrl import interrupts, openmp
 from distrl.args import IMPORTED, default_run_dir, parse_flags, parse_train_args, take_imports
+
+# Before anything imports torch (nothing above does): idle OpenMP threads sleep instead of
+# spinning, so a run beside a second one does not collapse (distrl/openmp.py).
+openmp.set_defaults()
 
 USAGE = """usage: distrl <command> ...
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from distrl import interrupts
+from distrl import interrupts, openmp
 
 # Flags that belong to the launcher and must not reach the ranks (which would relaunch).
 _LAUNCH_FLAGS = (
@@ -229,6 +229,7 @@ def launch_env(nproc: int, one_machine: bool = True) -> dict[str, str]:
     # Set, torchrun leaves it alone (no "Setting OMP_NUM_THREADS" banner); cores // nproc is
     # each rank's share, the same as its default intra-op threads.
     env.setdefault("OMP_NUM_THREADS", str(default_threads(nproc)))
+    openmp.set_defaults(env)  # the ranks' idle OpenMP threads sleep (distrl/openmp.py)
     return env
 
 

@@ -76,7 +76,7 @@ class Learner(LARank):
     def _on_drop(self, actor: int, why: str) -> None:
         self.targets.discard(actor)
         if self.peers.live <= {actor}:  # the last one: the learners stop, the actors are told
-            self._abort(PeerFailure(f"learner rank {self.rank}: lost every actor"))
+            self._abort()
 
     # ---- the learners' collectives -----------------------------------------------------------
     # one all-reduce per minibatch among the learners (group = their new_group), as allreduce
@@ -85,9 +85,9 @@ class Learner(LARank):
     def _timed(self, fn, *args, sync: bool = True, **kwargs):
         try:
             return super()._timed(fn, *args, sync=sync, **kwargs)
-        except PeerFailure as e:
+        except PeerFailure:
             if fn is not dist.gather_object:
-                self._abort(e)
+                self._abort()
             raise
 
     def interrupt_note(self) -> int:
@@ -239,7 +239,7 @@ class Learner(LARank):
         agent; a line for each that did not."""
         return self.peers.release()
 
-    def _abort(self, error: BaseException) -> None:
+    def _abort(self) -> None:
         """Tell every actor which learner failed (best effort) before stopping."""
         who = stalest(self.learners, self.rank)
         for a in sorted(self.targets):

@@ -9,6 +9,7 @@ same normalization within an iteration.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -21,6 +22,7 @@ from distrl.envs.core import ActionSpace, ObsLayout, VecEnv
 from distrl.policy import distributions as D
 from distrl.policy import networks
 from distrl.policy.encoders import Recurrent
+from distrl.policy.heads import HEADS, SquashedGaussian, Tanh
 from distrl.policy.normalizer import PopArt, ReturnScale, RunningNorm
 
 
@@ -63,19 +65,30 @@ class LinearTanh(nn.Linear):
         return torch.tanh(super().forward(x))
 
 
-_ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU}
+_ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
 
 
 def mlp(
-    in_dim: int, hidden: tuple[int, ...], out_dim: int, act: str, out_gain: float
+    in_dim: int,
+    hidden: tuple[int, ...],
+    out_dim: int,
+    act: str,
+    out_gain: float,
+    layer_norm: bool = False,
 ) -> nn.Sequential:
+    """Linear layers with ``act`` between them (``layer_norm``: a LayerNorm before each)."""
     layers: list[nn.Module] = []
     last = in_dim
     for h in hidden:
-        lin = LinearTanh(last, h) if act == "tanh" else nn.Linear(last, h)
+        fused = act == "tanh" and not layer_norm
+        lin = LinearTanh(last, h) if fused else nn.Linear(last, h)
         nn.init.orthogonal_(lin.weight, math.sqrt(2.0))
         nn.init.zeros_(lin.bias)
-        layers += [lin] if act == "tanh" else [lin, _ACTIVATIONS[act]()]
+        if fused:
+            layers.append(lin)
+        else:
+            norm: list[nn.Module] = [nn.LayerNorm(h)] if layer_norm else []
+            layers += [lin, *norm, _ACTIVATIONS[act]()]
         last = h
     out = nn.Linear(last, out_dim)
     nn.init.orthogonal_(out.weight, out_gain)
@@ -162,7 +175,17 @@ class ActorCritic(nn.Module):
         )
         if self.core is not None:
             features = self.core.out_features
-        self.actor, self.critic = networks.build(cfg, features, action_space.dim, mlp)
+        head = HEADS[cfg.head] if cfg.head != "default" else None
+        if head is not None and (self.categorical or cfg.network != "mlp"):
+            raise ValueError(
+                f"--policy.head {cfg.head} is for continuous actions and the mlp network "
+                f"(this env's actions are {action_space.kind}, --policy.network {cfg.network})"
+            )
+        outputs = head.outputs(action_space.dim) if head is not None else action_space.dim
+        body = functools.partial(mlp, layer_norm=cfg.layer_norm) if cfg.layer_norm else mlp
+        self.actor, self.critic = networks.build(cfg, features, outputs, body)
+        if head is not None:  # the deterministic action is the actor's output, as for PPO
+            self.actor = nn.Sequential(self.actor, head(action_space.low, action_space.high))
         if cfg.network != "mlp":
             x = torch.zeros(2, features)
             what = "observations" if features == obs_dim and self.core is None else "features"
@@ -171,7 +194,8 @@ class ActorCritic(nn.Module):
         if self.popart is not None:
             self.value_head()  # refuses a critic that does not end in a [tasks]-output Linear
         if not self.categorical:
-            self.log_std = nn.Parameter(torch.full((action_space.dim,), cfg.init_log_std))
+            if head is None:
+                self.log_std = nn.Parameter(torch.full((action_space.dim,), cfg.init_log_std))
             self.register_buffer("action_low", torch.tensor(action_space.low))
             self.register_buffer("action_high", torch.tensor(action_space.high))
 
@@ -215,6 +239,27 @@ class ActorCritic(nn.Module):
             return self.core.step(x, memory)
         return self.core.unroll(x, memory, starts)
 
+    @property
+    def head(self) -> SquashedGaussian | Tanh | None:
+        """The actor's head (``policy/heads.py``; --policy.head), or None (PPO's outputs)."""
+        if isinstance(self.actor, nn.Sequential) and len(self.actor) == 2:
+            last = self.actor[1]
+            return last if isinstance(last, SquashedGaussian | Tanh) else None
+        return None
+
+    @property
+    def actor_body(self) -> nn.Module:
+        """The actor without its head: what the head's ``sample`` or ``unit`` reads."""
+        if self.head is not None:
+            assert isinstance(self.actor, nn.Sequential)
+            return self.actor[0]
+        return self.actor
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The heads' inputs for raw observation rows [N, obs_dim] (a memoryless policy): the
+        normalized observations, or the encoder's features."""
+        return self._inputs(obs, None)[0]
+
     def value_head(self) -> nn.Linear:
         """The critic's output layer (PopArt rescales it)."""
         linears = [m for m in self.critic.modules() if isinstance(m, nn.Linear)]
@@ -252,6 +297,14 @@ class ActorCritic(nn.Module):
         x, new_memory = self._inputs(obs, memory)
         if new_memory is not None and memory is not None:
             memory.copy_(new_memory)
+        head = self.head
+        if head is not None:  # an off-policy actor's own sampling (SAC), or its action (TD3)
+            out = self.actor_body(x)
+            value = self._values(self.critic(x), obs)
+            if isinstance(head, SquashedGaussian):
+                unit, logp = head.sample(out)
+                return head.to_env(unit), logp, value
+            return head(out), torch.zeros_like(value), value
         out = self.actor(x)
         value = self._values(self.critic(x), obs)
         if self.discrete:

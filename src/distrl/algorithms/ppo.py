@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
 from torch import nn
@@ -53,6 +53,17 @@ def decision_metrics(sums: Sequence[float], steps: int) -> dict[str, float]:
     return {k: v / denom for k, v in zip(DECISION_METRICS, sums, strict=True)}
 
 
+class Optimizer(Protocol):
+    """What a strategy reads of a learner's optimizer: its groups' settings (the LR a step
+    takes) and its state's tensors (broadcast at setup)."""
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def state(self) -> dict[int, dict[str, torch.Tensor]]: ...
+
+
 class GradientLearner(Protocol):
     """What a strategy needs from the algorithm to combine, decide and step."""
 
@@ -75,7 +86,8 @@ class GradientLearner(Protocol):
         """The learning rate the next step takes (adaptive or scheduled)."""
         ...
 
-    optimizer: FlatAdam
+    @property
+    def optimizer(self) -> Optimizer: ...
 
     def decide(self, flat: torch.Tensor) -> Decision: ...
 

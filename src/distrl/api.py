@@ -65,6 +65,8 @@ def make_config(task: TaskLike, *args: str, **overrides: Any) -> TrainConfig:
     from distrl.envs.registry import task_name
 
     task = task_name(task)
+    if overrides.get("algorithm") is not None:  # its defaults come before the other overrides
+        args = ("--algorithm", str(overrides.pop("algorithm")), *args)
     with _process_state_restored():  # first use imports modules that draw from `random`
         if task.endswith((".yaml", ".yml")):
             cfg = parse_train_args(["--config", task, *args])

@@ -237,6 +237,7 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
     the task may then be left out. ``--import MODULE`` (repeatable) imports MODULE first, for
     tasks it registers (``distrl.register_task``)."""
     from distrl.envs.registry import get_task
+    from distrl.runner.algorithms import with_defaults
 
     argv = take_imports(argv)
     config_path, argv = _take_config_flag(argv)
@@ -264,7 +265,26 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
             raise SystemExit(0)
         raise ValueError("usage: train <task> [overrides]; `distrl list` shows the tasks")
     task = get_task(argv[0])  # unknown names raise with close matches
-    return _parse_overrides(dataclasses.replace(task.default_config(), task=task.name), argv[1:])
+    algorithm, rest = _take_algorithm_flag(argv[1:])
+    defaults = dataclasses.replace(task.default_config(), task=task.name)
+    return _parse_overrides(with_defaults(defaults, algorithm), rest)
+
+
+def _take_algorithm_flag(argv: list[str]) -> tuple[str | None, list[str]]:
+    """``--algorithm NAME`` (or ``=NAME``) out of ``argv``: its defaults come before the other
+    flags (``runner/algorithms.with_defaults``)."""
+    rest, name = [], None
+    it = iter(range(len(argv)))
+    for i in it:
+        word = argv[i]
+        if word == "--algorithm" and i + 1 < len(argv):
+            name = argv[i + 1]
+            next(it, None)
+        elif word.startswith("--algorithm="):
+            name = word.split("=", 1)[1]
+        else:
+            rest.append(word)
+    return name, rest
 
 
 def flag_names(cls: type = TrainConfig, prefix: str = "", aliases: bool = False) -> list[str]:
@@ -345,7 +365,7 @@ def _hidden_fields(cls: type, dotted: list[str]) -> dict[type, set[str]]:
     return out
 
 
-def task_help_hides(task: str) -> list[str]:
+def task_help_hides(task: str, algorithm: str | None = None) -> list[str]:
     """The fields ``train <task> --help`` leaves out (dotted): ``task`` (the positional
     argument gives it) and every field the task's algorithm does not read
     (``runner.algorithms.unread_options``). Parsing still takes them: a set one is refused by
@@ -353,13 +373,13 @@ def task_help_hides(task: str) -> list[str]:
     from distrl.envs.registry import get_task
     from distrl.runner.algorithms import unread_options
 
-    return ["task", *unread_options(get_task(task))]
+    return ["task", *unread_options(get_task(task), algorithm)]
 
 
-def _help_registry(task: str) -> ConstructorRegistry:
-    """A tyro registry under which TrainConfig's help shows only what ``task`` reads: the
-    fields of ``task_help_hides`` are marked ``tyro.conf.Suppress``."""
-    return _registry(_hidden_fields(TrainConfig, task_help_hides(task)))
+def _help_registry(task: str, algorithm: str | None = None) -> ConstructorRegistry:
+    """A tyro registry under which TrainConfig's help shows only what ``task`` (trained with
+    ``algorithm``) reads: the fields of ``task_help_hides`` are marked ``tyro.conf.Suppress``."""
+    return _registry(_hidden_fields(TrainConfig, task_help_hides(task, algorithm)))
 
 
 def _reflow(text: str) -> str:
@@ -412,7 +432,7 @@ def _parse_overrides(defaults: TrainConfig, argv: list[str]) -> TrainConfig:
     check_bool_spelling(TrainConfig, argv)  # before the guess at an unknown flag
     _refuse_unknown_flags(argv)
     asks_help = any(word in ("-h", "--help") for word in argv)
-    registry = _help_registry(defaults.task) if asks_help else None
+    registry = _help_registry(defaults.task, defaults.algorithm) if asks_help else None
     prog = f"train {defaults.task}"
     cfg = parse_flags(TrainConfig, argv, prog, default=defaults, registry=registry)
     if cfg.task != defaults.task:

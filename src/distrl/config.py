@@ -66,6 +66,61 @@ class PolicyConfig:
     each predicting its task's value target normalized by that task's running mean and std, and
     its output layer is rescaled when they move so that values are preserved. Statistics are
     agreed across ranks. PPO tasks only."""
+    head: Literal["default", "squashed-gaussian", "tanh"] = "default"
+    """The actor's output (continuous actions; --algorithm sets it): default, the mean of a
+    Gaussian with a learned state-independent std (PPO); squashed-gaussian, a mean and a
+    state-dependent log std squashed by tanh into the bounds (SAC); tanh, a deterministic
+    action squashed into the bounds (TD3). The deterministic action is the squashed mean."""
+    layer_norm: bool = False
+    """LayerNorm after every hidden layer of the MLP bodies (PQN's default: it trains its Q
+    network without a target network or replay)."""
+
+
+@dataclass(frozen=True)
+class OffPolicyConfig:
+    """The off-policy learners (--algorithm dqn, pqn, sac, td3). An iteration collects
+    --agent.num-steps steps of --env.num-envs envs per rank, then takes --offpolicy.updates
+    gradient steps; under allreduce each step averages every rank's minibatch, so the batch is
+    world size x --offpolicy.batch-size and the updates per env step stay those of one rank."""
+
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions per rank (dqn, sac, td3); its memory is printed at
+    start-up. Observations are kept in the env's dtype (uint8 images stay uint8)."""
+    batch_size: int = 256
+    """Transitions per rank per gradient step (dqn, sac, td3)."""
+    learning_starts: int = 5000
+    """Transitions per rank collected (with random actions) before the first update."""
+    updates: int = 1
+    """Gradient steps per iteration (dqn, sac, td3); Stable-Baselines3's gradient_steps."""
+    tau: float = 0.005
+    """Target networks move this fraction towards the trained ones after each update (1.0: a
+    hard copy every --offpolicy.target-interval updates)."""
+    target_interval: int = 1
+    """Updates between target-network moves."""
+    eps_start: float = 1.0
+    """dqn, pqn: the epsilon-greedy exploration rate at the start..."""
+    eps_end: float = 0.05
+    """...falling linearly to this..."""
+    eps_fraction: float = 0.5
+    """...over this fraction of the run's env steps (--agent.max-iterations)."""
+    q_lambda: float = 0.65
+    """pqn: lambda of its Q(lambda) returns over each rollout."""
+    alpha: float | None = None
+    """sac: the entropy temperature; None learns it (initial 1.0) towards an entropy of
+    --offpolicy.target-entropy."""
+    target_entropy: float | None = None
+    """sac: the entropy the learned temperature aims at; None: minus the action dimension."""
+    exploration_noise: float = 0.1
+    """td3: std of the Gaussian noise on its actions while collecting (in half-ranges)."""
+    policy_noise: float = 0.2
+    """td3: std of the target policy's smoothing noise (in half-ranges)..."""
+    noise_clip: float = 0.5
+    """...clipped to this."""
+    policy_delay: int = 2
+    """td3: critic updates per actor and target update."""
+    save_replay: bool = True
+    """Write each rank's replay into the checkpoints, so that a resume continues bit for bit;
+    off for huge buffers (a resume then refills it, and says so)."""
 
 
 @dataclass(frozen=True)
@@ -291,12 +346,16 @@ class MultiTaskConfig:
 class TrainConfig:
     task: str = "cartpole"
     """Registered task name (see `distrl list`)."""
+    algorithm: str | None = None
+    """ppo, rloo, pqn, dqn, sac or td3 (docs/algorithms.md); None: the task's own
+    (rloo for the episodic suites, else ppo). Its defaults come between the task's and yours."""
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     multitask: MultiTaskConfig = field(default_factory=MultiTaskConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    offpolicy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
     seed: int = 0
     """Base seed; each rank uses seed + global rank."""
     device: str = "auto"
@@ -482,9 +541,30 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         )
     if a.target_kl is not None and not a.target_kl > 0:  # NaN too
         errors.append(f"--agent.target-kl must be positive or None, got {a.target_kl}")
+    _validate_offpolicy(errors, cfg.offpolicy)
     if errors:
         raise ValueError("invalid configuration:\n  - " + "\n  - ".join(errors))
     return cfg
+
+
+def _validate_offpolicy(errors: list[str], o: OffPolicyConfig) -> None:
+    for name in ("buffer_size", "batch_size", "updates", "target_interval", "policy_delay"):
+        _positive(
+            errors, "--offpolicy." + name.replace("_", "-"), getattr(o, name), "use 1 or more"
+        )
+    _non_negative(errors, "--offpolicy.learning-starts", o.learning_starts, "0 updates at once")
+    for name in ("exploration_noise", "policy_noise", "noise_clip"):
+        _non_negative(errors, "--offpolicy." + name.replace("_", "-"), getattr(o, name), "e.g. 0.1")
+    unit = ("tau", "eps_start", "eps_end", "eps_fraction", "q_lambda")
+    for name in unit:
+        v = getattr(o, name)
+        if not 0.0 <= v <= 1.0:
+            flag = "--offpolicy." + name.replace("_", "-")
+            errors.append(f"{flag} must lie in [0, 1], got {v}")
+    if o.tau == 0.0:
+        errors.append("--offpolicy.tau 0 never moves the target networks; use e.g. 0.005, or 1.0")
+    if o.alpha is not None:
+        _non_negative(errors, "--offpolicy.alpha", o.alpha, "or leave it unset to learn it")
 
 
 def _validate_nodes(errors: list[str], cfg: TrainConfig) -> None:

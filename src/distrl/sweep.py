@@ -86,6 +86,32 @@ DEFAULT_SPACES: dict[str, tuple[Param, ...]] = {
         Param("agent.clip_coef", "float", 0.1, 0.3),
         Param("agent.num_epochs", "int", 1, 4),
     ),
+    "pqn": (
+        Param("agent.learning_rate", "float", 1e-4, 1e-3, log=True),
+        Param("offpolicy.q_lambda", "float", 0.3, 0.95),
+        Param("offpolicy.eps_fraction", "float", 0.1, 0.5),
+        Param("agent.num_epochs", "int", 1, 4),
+        Param("agent.gamma", "float", 0.95, 0.999),
+    ),
+    "dqn": (
+        Param("agent.learning_rate", "float", 1e-4, 3e-3, log=True),
+        Param("offpolicy.batch_size", "categorical", choices=(64, 128, 256)),
+        Param("offpolicy.target_interval", "categorical", choices=(10, 100, 500)),
+        Param("offpolicy.eps_fraction", "float", 0.05, 0.5),
+        Param("agent.gamma", "float", 0.95, 0.999),
+    ),
+    "sac": (
+        Param("agent.learning_rate", "float", 1e-4, 1e-3, log=True),
+        Param("offpolicy.batch_size", "categorical", choices=(128, 256, 512)),
+        Param("offpolicy.tau", "float", 0.002, 0.02, log=True),
+        Param("agent.gamma", "float", 0.95, 0.999),
+    ),
+    "td3": (
+        Param("agent.learning_rate", "float", 1e-4, 1e-3, log=True),
+        Param("offpolicy.batch_size", "categorical", choices=(128, 256, 512)),
+        Param("offpolicy.exploration_noise", "float", 0.05, 0.3),
+        Param("agent.gamma", "float", 0.95, 0.999),
+    ),
 }
 """The space searched without ``--space``, per algorithm (``runner/algorithms.ALGORITHMS``)."""
 
@@ -222,7 +248,7 @@ def search_space(cfg: TrainConfig, space: dict | None, where: str) -> tuple[Para
         from distrl.envs.registry import get_task
         from distrl.runner.algorithms import ALGORITHMS, algorithm_for
 
-        algorithm = algorithm_for(get_task(cfg.task))
+        algorithm = algorithm_for(get_task(cfg.task), cfg.algorithm)
         key = next(k for k, v in ALGORITHMS.items() if v is algorithm)
         if key not in DEFAULT_SPACES:
             raise ValueError(f"no default search space for {algorithm.name}; pass --space FILE")

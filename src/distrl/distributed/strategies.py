@@ -37,7 +37,28 @@ AGREED_STATS = "agreed statistics"
 """Every collecting rank holds the same statistics of every rank's batch each iteration."""
 STATS_WHERE_WEIGHTS = "statistics where the weights are"
 """The agreed statistics reach the ranks that update the weights, in the same iteration."""
-CAPABILITIES = (WHOLE_EPISODES, AGREED_STATS, STATS_WHERE_WEIGHTS)
+WHOLE_LEARNER = "the whole learner on every rank"
+"""Every rank that learns holds and steps all of the learner: its trained weights and what
+lives beside them (target networks, a temperature), from its own data (the off-policy
+learners)."""
+SMALL_RANK_STATE = "a small rank state"
+"""A rank's state (``Runner.rank_state``) may be large (a replay buffer)."""
+CAPABILITIES = (WHOLE_EPISODES, AGREED_STATS, STATS_WHERE_WEIGHTS, WHOLE_LEARNER, SMALL_RANK_STATE)
+
+_LEARNER_PS = (
+    "its server steps the trained weights and sends only those, so the target networks and "
+    "the temperature the off-policy learners keep beside them would stay behind on the workers; "
+    "use --dist.strategy allreduce"
+)
+_LEARNER_LA = (
+    "its actors ship fixed-length rollouts of PPO's log-probabilities to the learners; streaming "
+    "transitions into a learner's replay (Ape-X) is not built yet; use --dist.strategy allreduce"
+)
+_REPLAY_ELASTIC = (
+    "it holds a copy of every rank's state at each iteration's start to roll back to, and a "
+    "copy of a replay buffer costs more than the iteration; use --dist.strategy allreduce (pqn, "
+    "which has no replay, runs under elastic)"
+)
 
 
 def _one(dist: DistConfig) -> int:
@@ -126,7 +147,8 @@ def _ps(mode: str, options: tuple[str, ...] = (), agreed: bool = True) -> Strate
         side = PSServer if ctx.rank == SERVER else PSWorker
         return side(ctx, cfg, mode)
 
-    lacks = {STATS_WHERE_WEIGHTS: _POPART_PS} | ({} if agreed else {AGREED_STATS: _UNAGREED})
+    lacks = {STATS_WHERE_WEIGHTS: _POPART_PS, WHOLE_LEARNER: _LEARNER_PS}
+    lacks |= {} if agreed else {AGREED_STATS: _UNAGREED}
     return StrategySpec(build, options, lacks, lambda d: 2, _ps_too_few)
 
 
@@ -135,7 +157,7 @@ STRATEGIES: dict[str, StrategySpec] = {
     "elastic": StrategySpec(
         _elastic,
         options=("profile_sync",),
-        lacks={WHOLE_EPISODES: _EPISODES_ELASTIC},
+        lacks={WHOLE_EPISODES: _EPISODES_ELASTIC, SMALL_RANK_STATE: _REPLAY_ELASTIC},
         min_world=lambda d: 2,
         too_few=lambda d, world: (
             f"--dist.strategy elastic keeps training when one of several ranks is lost; it "
@@ -149,7 +171,7 @@ STRATEGIES: dict[str, StrategySpec] = {
     "learner-actor": StrategySpec(
         _learner_actor,
         ("learners", "sync", "max_policy_lag", "correction"),
-        lacks={WHOLE_EPISODES: _EPISODES_LA},
+        lacks={WHOLE_EPISODES: _EPISODES_LA, WHOLE_LEARNER: _LEARNER_LA},
         min_world=lambda d: 2 * d.learners,
         too_few=_la_too_few,
         off_policy=lambda d: d.sync == "async",

@@ -25,21 +25,25 @@ from typing import Any
 
 import torch
 
-from distrl.config import DistConfig, MultiTaskConfig, TrainConfig
+from distrl.config import DistConfig, MultiTaskConfig, OffPolicyConfig, TrainConfig
 from distrl.distributed.base import Strategy
 from distrl.distributed.strategies import (
     AGREED_STATS,
+    SMALL_RANK_STATE,
     STATS_WHERE_WEIGHTS,
     STRATEGIES,
     WHOLE_EPISODES,
+    WHOLE_LEARNER,
     StrategySpec,
     check_strategy,
 )
 from distrl.envs.core import VecEnv
 from distrl.envs.registry import Task, get_task
+from distrl.runner import off_policy_defaults
 from distrl.runner.base import Runner
 from distrl.runner.episodic import EpisodicRunner
 from distrl.runner.hooks import Hooks
+from distrl.runner.off_policy import OffPolicyRunner
 from distrl.runner.on_policy import OnPolicyRunner
 from distrl.telemetry import Telemetry
 
@@ -97,6 +101,10 @@ class AlgorithmSpec:
     needs: tuple[Need, ...] = ()
     corrects_off_policy: bool = False
     """Learns from rollouts of older weights (PPO: V-trace), as async learner-actor gives."""
+    by_default: bool = True
+    """Trains the tasks it claims without --algorithm (False: only when named)."""
+    defaults: Callable[[TrainConfig], TrainConfig] | None = None
+    """Its defaults, applied to the task's before the user's flags (``with_defaults``)."""
 
     def build(
         self,
@@ -205,18 +213,140 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
 }
 
 
-def algorithm_for(task: Task) -> AlgorithmSpec:
-    """The algorithm that trains ``task``: the last registered one that claims it."""
+_OFF_POLICY_IGNORES = (
+    "agent.gae_lambda",
+    "agent.clip_coef",
+    "agent.clip_vloss",
+    "agent.vf_coef",
+    "agent.ent_coef",
+    "agent.norm_adv",
+    "agent.desired_kl",
+    "agent.target_kl",
+    "policy.init_log_std",
+    "policy.recurrent_hidden",
+)
+_ALL_OFF = {f.name for f in dataclasses.fields(OffPolicyConfig)}
+_READS = {
+    "dqn": _ALL_OFF
+    - {
+        "q_lambda",
+        "alpha",
+        "target_entropy",
+        "exploration_noise",
+        "policy_noise",
+        "noise_clip",
+        "policy_delay",
+    },
+    "pqn": {"eps_start", "eps_end", "eps_fraction", "q_lambda"},
+    "sac": _ALL_OFF
+    - {
+        "eps_start",
+        "eps_end",
+        "eps_fraction",
+        "q_lambda",
+        "exploration_noise",
+        "policy_noise",
+        "noise_clip",
+        "policy_delay",
+    },
+    "td3": _ALL_OFF
+    - {"eps_start", "eps_end", "eps_fraction", "q_lambda", "alpha", "target_entropy"},
+}
+_OFF_POLICY_OPTIONS = {
+    name: Option(
+        f"offpolicy.{name}",
+        "{flag} applies to --algorithm "
+        + ", ".join(a for a in _READS if name in _READS[a])
+        + ", not to {algorithm}; drop it",
+    )
+    for name in sorted(_ALL_OFF)
+}
+_HEAD = Option(
+    "policy.head",
+    "{flag} is set by --algorithm sac (squashed-gaussian) and td3 (tanh); {algorithm} trains "
+    "the default head; drop it",
+)
+_RUN_TO = (_PPO_OPTIONS[0], _PPO_OPTIONS[1])  # --agent.total-timesteps, --agent.target-return
+
+
+def _off_policy(name: str, words: str, tasks: str, *, replay: bool) -> AlgorithmSpec:
+    options = tuple(_OFF_POLICY_OPTIONS[f] for f in sorted(_READS[name]))
+    ignores: tuple[str, ...] = _OFF_POLICY_IGNORES
+    if name != "pqn":
+        ignores += ("agent.num_epochs", "agent.num_minibatches")
+    return AlgorithmSpec(
+        words,
+        OffPolicyRunner,
+        lambda task: task.suite is None,
+        tasks,
+        options=(*_RUN_TO, *options, *((_HEAD,) if name in ("sac", "td3") else ())),
+        ignores=ignores,
+        needs=(Need(WHOLE_LEARNER), *((Need(SMALL_RANK_STATE),) if replay else ())),
+        by_default=False,
+        defaults=off_policy_defaults.DEFAULTS[name],
+    )
+
+
+ALGORITHMS |= {
+    "pqn": _off_policy("pqn", "PQN", "discrete-action tasks", replay=False),
+    "dqn": _off_policy("dqn", "DQN", "discrete-action tasks", replay=True),
+    "sac": _off_policy("sac", "SAC", "continuous-action tasks", replay=True),
+    "td3": _off_policy("td3", "TD3", "continuous-action tasks", replay=True),
+}
+
+
+def algorithm_for(task: Task, name: str | None = None) -> AlgorithmSpec:
+    """The algorithm that trains ``task``: ``name`` (--algorithm), else the last registered
+    one that claims it by default. Raises ValueError on an unknown name or a task it does not
+    train."""
+    if name is not None:
+        spec = ALGORITHMS.get(name.lower())
+        if spec is None:
+            hint = _SB3_NAMES.get(name.lower().replace("-", "").replace("_", ""))
+            fix = f"; {hint}" if hint else ""
+            raise ValueError(
+                f"--algorithm {name}: unknown; choose one of {', '.join(ALGORITHMS)}{fix}"
+            )
+        if not spec.claims(task):
+            own = algorithm_for(task)
+            raise ValueError(
+                f"--algorithm {name} trains {spec.tasks}, and {task.name} is not one of them "
+                f"(it trains with {own.name}); drop --algorithm"
+            )
+        return spec
     for spec in reversed(ALGORITHMS.values()):
-        if spec.claims(task):
+        if spec.by_default and spec.claims(task):
             return spec
     raise ValueError(f"no algorithm trains task {task.name}; registered: {sorted(ALGORITHMS)}")
 
 
-def unread_options(task: Task) -> tuple[str, ...]:
+_SB3_NAMES = {
+    "ppo2": "Stable-Baselines3's PPO is --algorithm ppo",
+    "a2c": "A2C is PPO with one epoch and no clipping: --algorithm ppo --agent.num-epochs 1",
+    "ddpg": "DDPG is TD3 without its smoothing and delay: --algorithm td3",
+    "tqc": "TQC is not here; --algorithm sac is its base",
+    "crossq": "CrossQ is not here; --algorithm sac is its base",
+    "qrdqn": "QR-DQN is not here; --algorithm dqn",
+    "doubledqn": "--algorithm dqn is double DQN",
+    "ddqn": "--algorithm dqn is double DQN",
+}
+
+
+def with_defaults(cfg: TrainConfig, name: str | None) -> TrainConfig:
+    """``cfg`` (a task's defaults) with algorithm ``name``'s defaults on top and
+    ``cfg.algorithm`` set (None: the task's own, unchanged)."""
+    if name is None:
+        return cfg
+    spec = algorithm_for(get_task(cfg.task), name)
+    name = name.lower()
+    cfg = dataclasses.replace(cfg, algorithm=name)
+    return spec.defaults(cfg) if spec.defaults is not None else cfg
+
+
+def unread_options(task: Task, name: str | None = None) -> tuple[str, ...]:
     """The config fields (dotted) that the algorithm training ``task`` never reads: the other
     algorithms' options that are not its own too, and its ``ignores``."""
-    algorithm = algorithm_for(task)
+    algorithm = algorithm_for(task, name)
     mine = {o.name for o in algorithm.options}
     others = [o.name for a in ALGORITHMS.values() for o in a.options if o.name not in mine]
     return tuple(dict.fromkeys([*others, *algorithm.ignores]))
@@ -261,12 +391,14 @@ def check_compatible(cfg: TrainConfig, world_size: int) -> AlgorithmSpec:
     processes), and an algorithm or algorithm option that needs what the strategy does not
     give. Returns the algorithm that trains ``cfg.task``. Raises ValueError."""
     task = get_task(cfg.task)
-    algorithm = algorithm_for(task)
+    algorithm = algorithm_for(task, cfg.algorithm)
     mine = {o.name for o in algorithm.options}
     for other in ALGORITHMS.values():
         for option in other.options:
             if option.name not in mine and _is_set(cfg, option.name):
-                readers = [a.tasks for a in ALGORITHMS.values() if option in a.options]
+                readers = list(
+                    dict.fromkeys(a.tasks for a in ALGORITHMS.values() if option in a.options)
+                )
                 raise ValueError(
                     option.refusal.format(
                         flag=option.flag,
@@ -345,7 +477,7 @@ def compatibility_matrix() -> str:
             f"{_words(correct) if correct else 'no algorithm'} corrects them (V-trace), the "
             f"others are refused there."
         )
-    lines += ["", "Options only one algorithm reads (refused on another's task):"]
+    lines += ["", "Options only some algorithms read (refused under the others):"]
     for algorithm in ALGORITHMS.values():
         flags = ", ".join(o.flag for o in algorithm.options)
         lines += wrapped(f"{algorithm.name}: {flags}", "  ")

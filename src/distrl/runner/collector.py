@@ -178,12 +178,7 @@ class Collector:
     def state_dict(self) -> dict[str, Any]:
         """What differs per rank: env state, RNG, current observation, episode bookkeeping."""
         return {
-            "env": self.env.state_dict(),
-            "rng": seeding.capture_rng_state(),
-            "obs": self.obs.cpu(),
-            "ep_return": self.ep_return.cpu(),
-            "ep_length": self.ep_length.cpu(),
-            "window": self.window.cpu(),
+            **env_state(self),
             "disc_return": self.disc_return.cpu(),
             "memory": self.memory.cpu(),
             "starts": self.starts.cpu(),
@@ -191,12 +186,7 @@ class Collector:
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
         device = self.buffer.obs.device
-        self.env.load_state_dict(s["env"])
-        seeding.restore_rng_state(s["rng"])
-        self.obs = s["obs"].to(device)
-        self.ep_return = s["ep_return"].to(device)
-        self.ep_length = s["ep_length"].to(device)
-        self.window = s["window"].to(device)
+        load_env_state(self, s, device)
         if "disc_return" in s:  # absent in checkpoints written before reward scaling existed
             self.disc_return = s["disc_return"].to(device)
         if "memory" in s:  # absent in checkpoints written before recurrent policies
@@ -208,6 +198,38 @@ class Collector:
                 )
             self.memory = s["memory"].to(device)
             self.starts = s["starts"].to(device)
+
+
+class EnvSide(Protocol):
+    """A collecting rank's env, current observation and episode bookkeeping."""
+
+    env: VecEnv
+    obs: torch.Tensor
+    ep_return: torch.Tensor
+    ep_length: torch.Tensor
+    window: torch.Tensor
+
+
+def env_state(side: EnvSide) -> dict[str, Any]:
+    """The env's state, the RNG, the current observation, the running episodes and the window
+    (a rank's own, in its checkpoint part)."""
+    return {
+        "env": side.env.state_dict(),
+        "rng": seeding.capture_rng_state(),
+        "obs": side.obs.cpu(),
+        "ep_return": side.ep_return.cpu(),
+        "ep_length": side.ep_length.cpu(),
+        "window": side.window.cpu(),
+    }
+
+
+def load_env_state(side: EnvSide, s: dict[str, Any], device: torch.device) -> None:
+    side.env.load_state_dict(s["env"])
+    seeding.restore_rng_state(s["rng"])
+    side.obs = s["obs"].to(device)
+    side.ep_return = s["ep_return"].to(device)
+    side.ep_length = s["ep_length"].to(device)
+    side.window = s["window"].to(device)
 
 
 class RolloutSource(Protocol):

@@ -1,0 +1,371 @@
+"""The off-policy learners (--algorithm dqn, pqn, sac, td3): the algorithm plug-in of
+``runner.base.Runner`` for replay-based and rollout-based Q-learning.
+
+One iteration of a rank that collects and learns (``Runner.iterate``):
+
+    collect()       --agent.num-steps steps of --env.num-envs envs with the exploring policy
+                    (uniform actions until --offpolicy.learning-starts transitions), into the
+                    replay (dqn, sac, td3) or this iteration's rollout (pqn)
+    learn_step()    one exchange that agrees on the env steps, every collector's episode
+                    window and rollout time (``Strategy.reduce_stats``); then the updates,
+                    each minibatch's gradient combined through ``strategy.step`` as PPO's:
+                    --offpolicy.updates replay minibatches, or PQN's epochs over its rollout
+
+Each rank keeps its own replay (its own envs' transitions, as FastTD3's multi-GPU trainer does),
+so under allreduce one update averages world-size minibatches. The replay is part of the rank's
+state: checkpoints hold it (``--offpolicy.save-replay``), so a resume continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from distrl.algorithms.dqn import DQN
+from distrl.algorithms.off_policy import OffPolicyLearner
+from distrl.algorithms.pqn import PQN, q_lambda_returns
+from distrl.algorithms.sac import SAC
+from distrl.algorithms.td3 import TD3
+from distrl.config import TrainConfig
+from distrl.distributed.base import Agreed, StatsLayout, Strategy
+from distrl.envs.core import VecEnv
+from distrl.policy import ActorCritic
+from distrl.runner.base import Runner
+from distrl.runner.collector import (
+    EnvStepError,
+    NonFiniteEnvError,
+    env_state,
+    episode_summary,
+    load_env_state,
+)
+from distrl.runner.hooks import Hooks
+from distrl.runner.learner import restore_generator
+from distrl.storage.replay import ReplayBuffer
+from distrl.storage.rollout import WINDOW
+from distrl.telemetry import Telemetry
+
+LEARNERS: dict[str, Callable[[ActorCritic, TrainConfig], OffPolicyLearner]] = {
+    "dqn": DQN,
+    "pqn": PQN,
+    "sac": SAC,
+    "td3": TD3,
+}
+
+
+class OffPolicyRunner(Runner):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        strategy: Strategy,
+        env: VecEnv,
+        telemetry: Telemetry | None = None,
+        run_dir: Any = None,
+        hooks: list[Hooks] | None = None,
+    ):
+        super().__init__(cfg, strategy, telemetry, run_dir, hooks)
+        self.env = env
+        name = cfg.algorithm or ""
+        check_action_space(name, env)
+        check_head(name, cfg.policy.head)
+        self.policy = ActorCritic.for_env(env, cfg.policy)
+        self.learner = LEARNERS[name](self.policy, cfg)
+        device = env.device
+        N, T = env.num_envs, cfg.agent.num_steps
+        space = env.action_space
+        stored = space.shape if space.categorical else (len(space.low),)
+        action_dtype = torch.long if space.categorical else torch.float32
+        self.replay: ReplayBuffer | None = None
+        if self.learner.replay:
+            o = cfg.offpolicy
+            self.replay = ReplayBuffer(
+                o.buffer_size,
+                env.obs_dim,
+                self.policy.obs_dtype,
+                stored,
+                action_dtype,
+                device,
+                self.seed,
+            )
+            per = ReplayBuffer.bytes_per_transition(
+                env.obs_dim, self.policy.obs_dtype, stored, action_dtype
+            )
+            self.message(
+                f"replay: {o.buffer_size:,} transitions x {per} B = "
+                f"{_size(o.buffer_size * per)} on {device} per rank"
+            )
+        z: dict[str, Any] = dict(device=device)
+        # this iteration's rollout (PQN; the replay learners only read its rewards' check)
+        self.rollout = {
+            "obs": torch.zeros(T, N, env.obs_dim, dtype=self.policy.obs_dtype, **z),
+            "actions": torch.zeros(T, N, *stored, dtype=action_dtype, **z),
+            "rewards": torch.zeros(T, N, **z),
+            "terminated": torch.zeros(T, N, dtype=torch.bool, **z),
+            "truncated": torch.zeros(T, N, dtype=torch.bool, **z),
+            "final_q": torch.zeros(T, N, **z),
+        }
+        self.obs = env.reset(seed=self.seed)
+        self.ep_return = torch.zeros(N, **z)
+        self.ep_length = torch.zeros(N, **z)
+        self.window = torch.full((WINDOW, 3), -1.0, **z)
+        self.last_rollout_time = 0.0
+        self.shuffle_gen = torch.Generator(device=device).manual_seed(cfg.seed)
+        self._env_steps = 0
+        self._seen: dict[str, Any] = {"times": {}, "windows": {}, "whole": False}
+        self.refilling = False  # a resume without the replay: refill with the policy, not at random
+        strategy.setup(self.learner.module, self.learner)
+
+    # ---- counters ---------------------------------------------------------------------------
+    @property
+    def env_steps(self) -> int:
+        return self._env_steps
+
+    @property
+    def steps_per_iteration(self) -> int:
+        per_rank = self.cfg.agent.num_steps * self.env.num_envs
+        return per_rank * self.strategy.num_collectors
+
+    def schedule_lr(self) -> None:
+        self.learner.schedule_lr(self.iteration)
+
+    @property
+    def learning(self) -> bool:
+        """Updates happen this iteration: PQN always; a replay once it holds learning-starts."""
+        return self.replay is None or len(self.replay) >= self.cfg.offpolicy.learning_starts
+
+    # ---- one iteration ----------------------------------------------------------------------
+    @torch.no_grad()
+    def collect(self) -> None:
+        t0 = time.perf_counter()
+        r, env, learner = self.rollout, self.env, self.learner
+        progress = self.iteration / self.cfg.agent.max_iterations
+        uniform = not self.learning and not self.refilling
+        obs = self.obs
+        for t in range(self.cfg.agent.num_steps):
+            env_actions, actions = learner.explore(obs, progress, uniform)
+            try:
+                next_obs, reward, terminated, truncated, info = env.step(env_actions)
+            except Exception as e:
+                step = self.iteration * self.cfg.agent.num_steps + t
+                raise EnvStepError(
+                    f"rank {self.strategy.rank}: env step {step} failed (iteration "
+                    f"{self.iteration}, rollout step {t}): {type(e).__name__}: {e}"
+                ) from e
+            done = terminated | truncated
+            r["obs"][t], r["actions"][t], r["rewards"][t] = obs, actions, reward
+            r["terminated"][t], r["truncated"][t] = terminated, truncated
+            after = next_obs
+            if done.any():  # the observation that ended the episode, not the reset
+                final = info["final_obs"]
+                after = torch.where(done.view(-1, *[1] * (next_obs.dim() - 1)), final, next_obs)
+                if isinstance(learner, PQN) and truncated.any():
+                    r["final_q"][t] = torch.where(truncated, learner.max_q(final), 0.0)
+            if self.replay is not None:
+                self.replay.add(obs, actions, reward, after, terminated)
+            self._episodes(info.get("episode_end", done), info.get("score", reward), t)
+            obs = next_obs
+        self.obs = obs
+        if self.cfg.env.check_finite:
+            self._check_finite()
+        self.last_rollout_time = time.perf_counter() - t0
+
+    def _episodes(self, ended: torch.Tensor, score: torch.Tensor, t: int) -> None:
+        """The running returns, and the window of completed episodes (as PPO's collector: the
+        key orders completions across ranks)."""
+        self.ep_return += score
+        self.ep_length += 1
+        if ended.any():
+            step = self.iteration * self.cfg.agent.num_steps + t
+            key = torch.full_like(self.ep_return[ended], float(step))
+            new = torch.stack([self.ep_return[ended], self.ep_length[ended], key], 1)
+            self.window = torch.cat([self.window, new])[-WINDOW:]
+            self.ep_return.masked_fill_(ended, 0.0)
+            self.ep_length.masked_fill_(ended, 0.0)
+
+    def _check_finite(self) -> None:
+        r = self.rollout
+        fields = {"reward": r["rewards"]}
+        if r["obs"].is_floating_point():
+            fields["observation"] = r["obs"]
+        for what, x in fields.items():
+            bad = ~torch.isfinite(x.reshape(x.shape[0], x.shape[1], -1)).all(-1)
+            if bad.any():
+                t, n = (int(v) for v in bad.nonzero()[0])
+                raise NonFiniteEnvError(
+                    f"rank {self.strategy.rank}: env {n} returned a non-finite {what} at "
+                    f"iteration {self.iteration}, rollout step {t}; the update was not run"
+                )
+
+    @property
+    def stats_layout(self) -> StatsLayout:
+        return StatsLayout(
+            (("env_steps", (1,)),), (("rollout_time", (1,)), ("episodes", (WINDOW, 3)))
+        )
+
+    def learn_step(self) -> dict[str, Any]:
+        for h in self.hooks:
+            h.before_update(self)
+        steps = self.cfg.agent.num_steps * self.env.num_envs
+        agreed = self.strategy.reduce_stats(
+            sums={"env_steps": torch.tensor([float(steps)], dtype=torch.float64)},
+            gather={
+                "rollout_time": torch.tensor([self.last_rollout_time], dtype=torch.float64),
+                "episodes": self.window,
+            },
+        )
+        self.absorb(agreed)
+        metrics: dict[str, Any] = self.update() if self.learning else {"train/updates": 0}
+        metrics |= self.learner.metrics() | self.summary()
+        metrics["lr"] = self.learner.lr
+        if self.replay is not None:
+            metrics["replay/size"] = len(self.replay)
+        for h in self.hooks:
+            h.after_update(self, metrics)
+        return metrics
+
+    def minibatches(self) -> list[dict[str, torch.Tensor]]:
+        """This iteration's minibatches: from the replay, or PQN's epochs over its rollout."""
+        if self.replay is not None:
+            o = self.cfg.offpolicy
+            return [self.replay.sample(o.batch_size) for _ in range(o.updates)]
+        a, r = self.cfg.agent, self.rollout
+        learner = self.learner
+        assert isinstance(learner, PQN)
+        T, N = r["rewards"].shape
+        with torch.no_grad():
+            after = torch.cat([r["obs"][1:], self.obs.unsqueeze(0)])
+            next_q = learner.max_q(after.reshape(T * N, -1)).reshape(T, N)
+            returns = q_lambda_returns(
+                r["rewards"],
+                r["terminated"],
+                r["truncated"],
+                next_q,
+                r["final_q"],
+                a.gamma,
+                self.cfg.offpolicy.q_lambda,
+            )
+        data = {
+            "obs": r["obs"].reshape(T * N, -1),
+            "actions": r["actions"].reshape(T * N),
+            "returns": returns.reshape(T * N),
+        }
+        out = []
+        for _ in range(a.num_epochs):
+            order = torch.randperm(T * N, generator=self.shuffle_gen, device=self.env.device)
+            for idx in order.chunk(a.num_minibatches):
+                out.append({k: v[idx] for k, v in data.items()})
+        return out
+
+    def update(self) -> dict[str, Any]:
+        """Each minibatch's gradient through the strategy; the decision scalars' means."""
+        names = self.learner.SCALARS
+        sums = [0.0] * len(names)
+        steps = skipped = 0
+        for batch in self.minibatches():
+            decision = self.strategy.step(self.learner, self.learner.gradient(batch))
+            if decision.action != "step":
+                skipped += 1
+                continue
+            steps += 1
+            sums = [s + v for s, v in zip(sums, decision.stats, strict=True)]
+        means = {k: v / max(steps, 1) for k, v in zip(names, sums, strict=True)}
+        return means | {"train/updates": steps, "train/skipped_updates": skipped}
+
+    def absorb(self, agreed: Agreed) -> None:
+        sums, seen = agreed.sums, self._seen
+        self._env_steps += int(sums["env_steps"].sum())
+        times, windows = agreed.gathered["rollout_time"], agreed.gathered["episodes"]
+        for i, r in enumerate(agreed.ranks or range(times.shape[0])):
+            seen["times"][r], seen["windows"][r] = times[i], windows[i]
+        if agreed.collectors is not None:
+            for r in set(seen["times"]) - set(agreed.collectors):
+                del seen["times"][r], seen["windows"][r]
+        seen["whole"] = agreed.collectors is not None
+
+    def summary(self) -> dict[str, Any]:
+        seen = self._seen
+        ranks = sorted(seen["times"])
+        times = [seen["times"][r] for r in ranks] or [torch.zeros(1, dtype=torch.float64)]
+        windows = [seen["windows"][r] for r in ranks] or [torch.full((WINDOW, 3), -1.0)]
+        return episode_summary(torch.stack(times), torch.stack(windows))
+
+    # ---- --agent.target-return ---------------------------------------------------------------
+    @property
+    def stop_early(self) -> bool:
+        target = self.cfg.agent.target_return
+        if target is None or not self._seen["whole"]:
+            return False
+        mean = self.summary()["episode_return_mean"]
+        return mean is not None and mean >= target
+
+    @property
+    def early_stop_reason(self) -> str:
+        mean = self.summary()["episode_return_mean"]
+        return (
+            f"target return {self.cfg.agent.target_return:g} reached (episode_return_mean "
+            f"{mean:.2f}, every rank's newest episodes)"
+        )
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def algorithm_state(self) -> dict[str, Any]:
+        return {"offpolicy": self.learner.state_dict()}
+
+    def load_algorithm_state(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(state["offpolicy"])
+        self._env_steps = int(state["env_steps"])
+
+    def rank_state(self) -> dict[str, Any]:
+        """What differs per rank: the env, the RNG, the episode bookkeeping, the replay."""
+        state = {**env_state(self), "shuffle_rng": self.shuffle_gen.get_state()}
+        if self.replay is not None:
+            state["replay"] = self.replay.state_dict(rows=self.cfg.offpolicy.save_replay)
+        return state
+
+    def load_rank_state(self, mine: dict[str, Any]) -> None:
+        if not mine:
+            return
+        load_env_state(self, mine, self.env.device)
+        restore_generator(self.shuffle_gen, mine["shuffle_rng"], "minibatch shuffle")
+        if self.replay is not None:
+            self.replay.load_state_dict(mine["replay"])
+            if len(self.replay) == 0 and self.iteration > 0:
+                self.refilling = True
+                self.message(
+                    "resume: the checkpoint holds no replay (--offpolicy.save-replay false); "
+                    f"the policy refills {self.cfg.offpolicy.learning_starts:,} transitions "
+                    "before the updates go on, so this run does not match the uninterrupted one"
+                )
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def check_action_space(algorithm: str, env: VecEnv) -> None:
+    """Refuse an env whose actions the algorithm cannot take, naming the ones that can."""
+    kind = env.action_space.kind
+    discrete = algorithm in ("dqn", "pqn")
+    if discrete and kind != "discrete":
+        raise ValueError(
+            f"--algorithm {algorithm} takes one discrete action per step, and this env's "
+            f"actions are {kind}; use --algorithm sac or td3 (continuous), or ppo"
+        )
+    if not discrete and kind != "continuous":
+        raise ValueError(
+            f"--algorithm {algorithm} takes continuous actions, and this env's are {kind}; use "
+            f"--algorithm dqn or pqn (discrete), or ppo"
+        )
+
+
+def check_head(algorithm: str, head: str) -> None:
+    """SAC samples from a squashed Gaussian, TD3 acts through tanh: refuse another head."""
+    want = {"sac": "squashed-gaussian", "td3": "tanh"}.get(algorithm, "default")
+    if head != want:
+        raise ValueError(
+            f"--algorithm {algorithm} trains --policy.head {want}, not {head}; drop --policy.head"
+        )

@@ -13,6 +13,7 @@ from benchmarks.finetune import FinetuneArgs, finetune
 from benchmarks.learn import LearnArgs, learn
 from benchmarks.meta_world import MetaWorldArgs, metaworld
 from benchmarks.neighbour import NeighbourArgs, neighbour
+from benchmarks.offpolicy import OffPolicyArgs, offpolicy
 from benchmarks.project import ProjectArgs, project_cmd
 from benchmarks.roofline import RooflineArgs, roofline
 from benchmarks.scaling import ScalingArgs, scaling
@@ -34,6 +35,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   straggler    allreduce vs parameter server (BSP, ASP, BAP), with and without a slow worker
   broadcast    learner -> actor weight sync: routing table vs naive vs dist.broadcast, GB/s
   neighbour    a task's iteration time alone and beside a second distrl run, per OpenMP setting
+  offpolicy    dqn, sac or td3 against Stable-Baselines3's, alternating: wall time, eval return
   roofline     one iteration against the machine's matmul limit at its exact GEMM shapes, by phase
   cluster      nodes in network namespaces on rate-limited links (root): all-reduce vs the
                alpha-beta model per link rate and past W=2; routing-table weight sync vs naive
@@ -51,6 +53,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "straggler": (StragglerArgs, straggler),
     "broadcast": (BroadcastArgs, broadcast),
     "neighbour": (NeighbourArgs, neighbour),
+    "offpolicy": (OffPolicyArgs, offpolicy),
     "roofline": (RooflineArgs, roofline),
     "cluster": (ClusterArgs, cluster),
 }

@@ -173,7 +173,9 @@ def metadata(policy: ActorCritic, cfg: Any, manifest: dict, checkpoint: Path, fm
         "computes": "argmax of the actor's logits"
         + (" for each component" if space.categorical and not space.discrete else "")
         if space.categorical
-        else "the actor's mean, clipped to [low, high]",
+        else "the actor's mean, clipped to [low, high]"
+        if policy.head is None
+        else "the actor's mean squashed by tanh into [low, high]",
     }
 
 

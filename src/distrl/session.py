@@ -56,7 +56,16 @@ def check_before_start(cfg: TrainConfig) -> None:
     if task.preflight is not None:
         task.preflight()
     check_config(cfg)
-    check_compatible(cfg, world)  # option x algorithm x strategy, and the world size
+    algorithm = check_compatible(cfg, world)  # option x algorithm x strategy, the world size
+    if algorithm.check_env is not None:  # one env of the task says it before anything starts
+        from distrl.envs.registry import make_env
+
+        one = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=1))
+        env = make_env(one, "cpu")
+        try:
+            algorithm.check_env(cfg, env)
+        finally:
+            env.close()
     if task.suite is not None:
         task.suite.select(cfg.multitask.tasks)
     check_network(cfg.policy.network)

@@ -251,3 +251,27 @@ def test_sac_policy_deploys_its_squashed_mean(tmp_path):
     with torch.no_grad():
         a = policy.act_deterministic(torch.randn(32, 3) * 5)
     assert a.shape == (32, 1) and a.abs().max() <= 2.0 and math.isfinite(float(a.sum()))
+    from distrl.exporting import export_policy
+
+    out = export_policy(tmp_path, "torchscript")  # with its parity check against the policy
+    assert "squashed by tanh" in out.metadata["computes"] and out.max_abs_diff <= 1e-5
+    scripted = torch.jit.load(str(out.path))
+    obs = torch.randn(4, 3)
+    torch.testing.assert_close(scripted(obs), policy.act_deterministic(obs).detach())
+
+
+@pytest.mark.parametrize("algorithm", ["dqn", "pqn"])
+def test_pixels_train_through_the_cnn_with_uint8_kept(algorithm, tmp_path):
+    """MinAtar's uint8 grids through minatar-cnn: the replay (and PQN's rollout) keep bytes."""
+    argv = ["minatar-breakout", "--algorithm", algorithm, "--env.num-envs", "4"]
+    argv += ["--agent.num-steps", "4", "--agent.total-timesteps", "64", *QUIET]
+    argv += ["--run-dir", str(tmp_path), "--agent.save-interval", "4"]
+    if algorithm == "dqn":
+        argv += ["--offpolicy.learning-starts", "16", "--offpolicy.updates", "2"]
+        argv += ["--offpolicy.batch-size", "8", "--offpolicy.buffer-size", "64"]
+    run_training(parse_train_args(argv))
+    state = final_state(tmp_path, 4)
+    assert any(k.startswith("encoder.") for k in state["policy"])
+    if algorithm == "dqn":
+        replay = state["ranks"][0]["replay"]
+        assert replay["obs"].dtype == torch.uint8 and replay["size"] == 64

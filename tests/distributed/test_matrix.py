@@ -185,3 +185,57 @@ def test_rloo_with_the_demonstrations_term_fine_tunes_a_clone_under_torchrun(
     records, out = train(tmp_path, "reach10", flags)
     assert "init: policy from" in out
     assert records[-1]["success/suite"] >= 0.9, [r["success/suite"] for r in records]
+
+
+# ---- the off-policy learners (--algorithm): allreduce, and PQN under elastic -----------------
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("strategy", ["allreduce", pytest.param("elastic", marks=pytest.mark.long)])
+def test_pqn_solves_cartpole_under(tmp_path, strategy):
+    """PQN's defaults on 2 ranks: 2 x 32 envs, each update all-reduced, 245 iterations at
+    most; the run stops on the target."""
+    flags = [*STRATEGIES[strategy], "--algorithm", "pqn", "--agent.target-return", "475"]
+    records, out = train(tmp_path, "cartpole", flags)
+    best = max(r["episode_return_mean"] or 0.0 for r in records)
+    assert best >= 475.0, [r["episode_return_mean"] for r in records]
+    assert "target return 475 reached" in out, out[-2000:]
+
+
+@pytest.mark.long
+@pytest.mark.timeout(600)
+def test_dqn_learns_cartpole_on_two_ranks(tmp_path):
+    """DQN's greedy policy (the evaluation's) balances the pole; the exploring policy's own
+    episodes stay lower under its 4% random actions."""
+    flags = [*STRATEGIES["allreduce"], "--algorithm", "dqn", "--eval.interval", "20"]
+    records, _ = train(tmp_path, "cartpole", [*flags, "--agent.total-timesteps", "60000"])
+    best = max(r.get("eval/return_mean") or 0.0 for r in records)
+    assert best >= 400.0, [r.get("eval/return_mean") for r in records if "eval/return_mean" in r]
+
+
+@pytest.mark.long
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_continuous_learners_swing_pendulum_up_on_two_ranks(tmp_path, algorithm):
+    """A random policy scores about -1200 on pendulum, the swing-up about -150 to -200."""
+    flags = [*STRATEGIES["allreduce"], "--algorithm", algorithm, "--eval.interval", "25"]
+    flags += ["--agent.total-timesteps", "12000"]
+    records, _ = train(tmp_path, "pendulum", flags)
+    best = max(r.get("eval/return_mean") or -2000.0 for r in records)
+    assert best >= -400.0, [r.get("eval/return_mean") for r in records if "eval/return_mean" in r]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["pendulum", "--algorithm", "sac", *STRATEGIES["ps-asp"]], "target networks"),
+        (["cartpole", "--algorithm", "dqn", *STRATEGIES["learner-actor"]], "Ape-X"),
+        (["cartpole", "--algorithm", "sac", "--nproc", "2"], "continuous actions"),
+    ],
+)
+def test_off_policy_refusals_come_before_anything_starts(tmp_path, argv, message):
+    cmd = [str(BIN / "distrl"), "train", *argv, *QUIET, "--run-dir", str(tmp_path / "run")]
+    code, out, err, _ = run_cli(cmd, timeout=50)
+    assert code == 2, out + err
+    assert message in err and "Traceback" not in err and not (tmp_path / "run").exists()

@@ -43,7 +43,7 @@ from distrl.runner import off_policy_defaults
 from distrl.runner.base import Runner
 from distrl.runner.episodic import EpisodicRunner
 from distrl.runner.hooks import Hooks
-from distrl.runner.off_policy import OffPolicyRunner
+from distrl.runner.off_policy import OffPolicyRunner, check_off_policy_env
 from distrl.runner.on_policy import OnPolicyRunner
 from distrl.telemetry import Telemetry
 
@@ -105,6 +105,9 @@ class AlgorithmSpec:
     """Trains the tasks it claims without --algorithm (False: only when named)."""
     defaults: Callable[[TrainConfig], TrainConfig] | None = None
     """Its defaults, applied to the task's before the user's flags (``with_defaults``)."""
+    check_env: Callable[[TrainConfig, VecEnv], None] | None = None
+    """Refuses a task whose env it cannot train (its actions), before ``--nproc`` starts ranks
+    (one env of the task, on the CPU) and again in its runner."""
 
     def build(
         self,
@@ -284,6 +287,7 @@ def _off_policy(name: str, words: str, tasks: str, *, replay: bool) -> Algorithm
         needs=(Need(WHOLE_LEARNER), *((Need(SMALL_RANK_STATE),) if replay else ())),
         by_default=False,
         defaults=off_policy_defaults.DEFAULTS[name],
+        check_env=check_off_policy_env,
     )
 
 

@@ -68,8 +68,7 @@ class OffPolicyRunner(Runner):
         super().__init__(cfg, strategy, telemetry, run_dir, hooks)
         self.env = env
         name = cfg.algorithm or ""
-        check_action_space(name, env)
-        check_head(name, cfg.policy.head)
+        check_off_policy_env(cfg, env)
         self.policy = ActorCritic.for_env(env, cfg.policy)
         self.learner = LEARNERS[name](self.policy, cfg)
         device = env.device
@@ -343,7 +342,10 @@ class OffPolicyRunner(Runner):
 
 
 def _size(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def check_action_space(algorithm: str, env: VecEnv) -> None:
@@ -360,6 +362,12 @@ def check_action_space(algorithm: str, env: VecEnv) -> None:
             f"--algorithm {algorithm} takes continuous actions, and this env's are {kind}; use "
             f"--algorithm dqn or pqn (discrete), or ppo"
         )
+
+
+def check_off_policy_env(cfg: TrainConfig, env: VecEnv) -> None:
+    """Refuse an env or head the off-policy algorithm ``cfg.algorithm`` cannot train."""
+    check_action_space(cfg.algorithm or "", env)
+    check_head(cfg.algorithm or "", cfg.policy.head)
 
 
 def check_head(algorithm: str, head: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import distrl
 from distrl.algorithms.off_policy import epsilon_greedy, polyak
 from distrl.algorithms.pqn import q_lambda_returns
 from distrl.args import parse_train_args
@@ -218,6 +219,7 @@ def test_resume_without_the_replay_says_it_refills(tmp_path, capsys):
         (["cartpole", "--algorithm", "pqn", "--offpolicy.buffer-size", "10"], "not to PQN"),
         (["reach10", "--algorithm", "sac"], "trains with episodic RLOO"),
         (["cartpole", "--algorithm", "rloo"], "not one of them"),
+        (["cartpole", "--algorithm", "pqn", "--agent.lr-schedule", "adaptive"], "PPO's KL"),
         (["pendulum", "--algorithm", "sac", "--policy.head", "tanh"], "trains --policy.head"),
     ],
 )
@@ -225,6 +227,17 @@ def test_refusals_name_the_fix(argv, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         cfg = parse_train_args([*argv, "--run-dir", str(tmp_path), *QUIET])
         run_training(cfg)
+
+
+def test_the_algorithms_defaults_come_before_the_users_flags():
+    cfg = parse_train_args(["pendulum", "--algorithm", "sac"])
+    assert cfg.policy.head == "squashed-gaussian" and cfg.agent.max_iterations == -(-20_000 // 64)
+    assert cfg.agent.total_timesteps is None  # a budget of the user's wins, as for ppo
+    cfg = parse_train_args(["pendulum", "--agent.max-iterations", "7", "--algorithm", "sac"])
+    assert cfg.agent.max_iterations == 7 and cfg.agent.learning_rate == 1e-3
+    cfg = parse_train_args(["pendulum", "--algorithm=td3", "--agent.learning-rate", "5e-4"])
+    assert cfg.policy.head == "tanh" and cfg.agent.learning_rate == 5e-4
+    assert distrl.make_config("cartpole", algorithm="pqn").policy.layer_norm
 
 
 def test_refused_under_strategies_that_cannot_run_them():

@@ -368,6 +368,11 @@ def check_off_policy_env(cfg: TrainConfig, env: VecEnv) -> None:
     """Refuse an env or head the off-policy algorithm ``cfg.algorithm`` cannot train."""
     check_action_space(cfg.algorithm or "", env)
     check_head(cfg.algorithm or "", cfg.policy.head)
+    if cfg.agent.lr_schedule == "adaptive":
+        raise ValueError(
+            f"--agent.lr-schedule adaptive follows PPO's KL, which --algorithm {cfg.algorithm} "
+            f"has none of; use constant or linear"
+        )
 
 
 def check_head(algorithm: str, head: str) -> None:

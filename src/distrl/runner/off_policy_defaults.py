@@ -22,13 +22,27 @@ def _apply(cfg: TrainConfig, fields: Fields) -> TrainConfig:
     return dataclasses.replace(cfg, **sections)
 
 
+def _budget(cfg: TrainConfig, steps: int) -> TrainConfig:
+    """``steps`` env steps of one rank as --agent.max-iterations (not as --agent.total-timesteps,
+    which would silently win over a --agent.max-iterations of the user's)."""
+    per_iteration = cfg.env.num_envs * cfg.agent.num_steps
+    agent = dataclasses.replace(
+        cfg.agent, total_timesteps=None, max_iterations=-(-steps // per_iteration)
+    )
+    return dataclasses.replace(cfg, agent=agent)
+
+
 _OFF = {"obs_normalization": False, "reward_normalization": False}
 """The replay holds raw observations; a normalizer that moves would change old transitions'
 inputs (SB3 and CleanRL train these learners unnormalized)."""
 
+_STEPS = {"pendulum": 20_000, "cartpole": 100_000}
+"""Env steps of one rank per task (rl-zoo3's budgets; pqn's cartpole: CleanRL's 500k); else 1M,
+pqn 5M."""
+
 _CONTINUOUS_TASKS: dict[str, Fields] = {
     "pendulum": {  # rl-zoo3's Pendulum-v1 entries for both: 20k steps at lr 1e-3
-        "agent": {"total_timesteps": 20_000, "learning_rate": 1e-3, "gamma": 0.99},
+        "agent": {"learning_rate": 1e-3, "gamma": 0.99},
         "offpolicy": {"learning_starts": 1000, "buffer_size": 200_000},
     },
 }
@@ -58,14 +72,13 @@ def _continuous(head: str, lr: float) -> Callable[[TrainConfig], TrainConfig]:
                     "lr_schedule": "constant",
                     "max_grad_norm": float("inf"),
                     "adam_eps": 1e-8,
-                    "total_timesteps": 1_000_000,
-                    "max_iterations": 1_000_000 // 64,
                     "save_interval": 1000,
                 },
                 "offpolicy": {"updates": 64, "learning_starts": 10_000, "batch_size": 256},
             },
         )
-        return _apply(cfg, _CONTINUOUS_TASKS.get(cfg.task, {}))
+        cfg = _apply(cfg, _CONTINUOUS_TASKS.get(cfg.task, {}))
+        return _budget(cfg, _STEPS.get(cfg.task, 1_000_000))
 
     return defaults
 
@@ -73,7 +86,7 @@ def _continuous(head: str, lr: float) -> Callable[[TrainConfig], TrainConfig]:
 _DISCRETE_TASKS: dict[str, dict[str, Fields]] = {
     "dqn": {
         "cartpole": {  # rl-zoo3's CartPole-v1: the target held through each 128 updates
-            "agent": {"total_timesteps": 100_000, "learning_rate": 2.3e-3},
+            "agent": {"learning_rate": 2.3e-3},
             "offpolicy": {
                 "learning_starts": 1000,
                 "buffer_size": 100_000,
@@ -85,7 +98,7 @@ _DISCRETE_TASKS: dict[str, dict[str, Fields]] = {
         },
     },
     "pqn": {
-        "cartpole": {"agent": {"total_timesteps": 500_000, "learning_rate": 1e-3}},
+        "cartpole": {"agent": {"learning_rate": 1e-3}},
     },
 }
 
@@ -110,8 +123,6 @@ def _dqn(cfg: TrainConfig) -> TrainConfig:
                 "lr_schedule": "constant",
                 "max_grad_norm": 10.0,
                 "adam_eps": 1e-8,
-                "total_timesteps": 1_000_000,
-                "max_iterations": 1_000_000 // 256,
                 "save_interval": 500,
             },
             "offpolicy": {
@@ -125,7 +136,8 @@ def _dqn(cfg: TrainConfig) -> TrainConfig:
             },
         },
     )
-    return _apply(cfg, _DISCRETE_TASKS["dqn"].get(cfg.task, {}))
+    cfg = _apply(cfg, _DISCRETE_TASKS["dqn"].get(cfg.task, {}))
+    return _budget(cfg, _STEPS.get(cfg.task, 1_000_000))
 
 
 def _pqn(cfg: TrainConfig) -> TrainConfig:
@@ -150,13 +162,12 @@ def _pqn(cfg: TrainConfig) -> TrainConfig:
                 "lr_schedule": "linear",
                 "max_grad_norm": 10.0,
                 "adam_eps": 1e-8,
-                "total_timesteps": 5_000_000,
-                "max_iterations": 5_000_000 // 1024,
                 "save_interval": 200,
             },
         },
     )
-    return _apply(cfg, _DISCRETE_TASKS["pqn"].get(cfg.task, {}))
+    cfg = _apply(cfg, _DISCRETE_TASKS["pqn"].get(cfg.task, {}))
+    return _budget(cfg, 500_000 if cfg.task == "cartpole" else 5_000_000)
 
 
 DEFAULTS: dict[str, Callable[[TrainConfig], TrainConfig]] = {

@@ -145,6 +145,7 @@ def test_total_timesteps_sets_the_iterations(tmp_path):
     per_iteration = 16 * 8
     assert result.metrics["iteration"] == -(-1000 // per_iteration) == 8
     assert 1000 <= result.metrics["env_steps"] < 1000 + per_iteration
+    assert result.config.agent.max_iterations == 8  # the config the run trained with
     with pytest.raises(ValueError, match="total-timesteps must be positive"):
         distrl.make_config("cartpole", agent={"total_timesteps": 0})
 

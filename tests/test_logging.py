@@ -28,8 +28,10 @@ def fresh_logger():
 def test_a_run_speaks_through_the_distrl_logger(tmp_path, capsys, fresh_logger):
     distrl.train("cartpole", run_dir=str(tmp_path / "a"), progress=False, **SMALL)
     out = capsys.readouterr().out
-    assert "distrl: task cartpole" in out and "distrl run summary" in out
+    assert "distrl: task cartpole (on-policy PPO)" in out and "distrl run summary" in out
     assert fresh_logger.handlers == [telemetry._HANDLER]
+    # the KL-adaptive learning rate is not Stable-Baselines3's constant one: the start-up says so
+    assert "lr: 0.001 moves with the KL" in out and "--agent.lr-schedule constant keeps it" in out
 
 
 def test_a_level_silences_it(tmp_path, capsys, fresh_logger):

@@ -341,6 +341,19 @@ def _launch(cfg: TrainConfig) -> TrainResult:
     return result
 
 
+def _as_trained(cfg: TrainConfig, run_dir: Path) -> TrainConfig:
+    """``cfg`` with the iterations the run trained for (``--agent.total-timesteps`` sets them
+    from the collecting ranks), as its ``config.yaml`` says."""
+    written = run_dir / "config.yaml"
+    if not written.is_file():
+        return cfg
+    data = yaml.safe_load(written.read_text(encoding="utf-8")) or {}
+    iterations = (data.get("agent") or {}).get("max_iterations")
+    if not isinstance(iterations, int) or iterations == cfg.agent.max_iterations:
+        return cfg
+    return dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, max_iterations=iterations))
+
+
 def _result(cfg: TrainConfig, run_dir: Path, final: dict[str, Any]) -> TrainResult:
     from distrl.checkpoint import find_latest_valid
 
@@ -348,6 +361,7 @@ def _result(cfg: TrainConfig, run_dir: Path, final: dict[str, Any]) -> TrainResu
     path = find_latest_valid(run_dir / "checkpoints")[0] if run_dir.exists() else None
     policy = load_policy(path)[0] if path is not None else None
     metrics = {k: v for k, v in final.items() if k != "run_dir"}
+    cfg = _as_trained(cfg, run_dir)
     if not metrics:  # launched: the ranks' numbers are in the run's metrics file
         from distrl.telemetry import read_metrics
 

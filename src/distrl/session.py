@@ -240,10 +240,17 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
             runner.open_sinks = take_over
             close = runner.close
             tel.message(
-                f"distrl: task {cfg.task} | {ctx.world_size} rank(s) x {cfg.env.num_envs} envs "
-                f"on {ctx.device} ({ctx.backend or 'single process'}, strategy "
-                f"{strategy.name}) | run dir {run_dir}"
+                f"distrl: task {cfg.task} ({algorithm.name}) | {ctx.world_size} rank(s) x "
+                f"{cfg.env.num_envs} envs on {ctx.device} ({ctx.backend or 'single process'}, "
+                f"strategy {strategy.name}) | run dir {run_dir}"
             )
+            if cfg.agent.lr_schedule == "adaptive":  # not Stable-Baselines3's constant: say so
+                a = cfg.agent
+                tel.message(
+                    f"lr: {a.learning_rate:g} moves with the KL (--agent.lr-schedule adaptive: "
+                    f"x1.5 or /1.5 per minibatch towards --agent.desired-kl {a.desired_kl:g}, "
+                    f"within [{a.lr_min:g}, {a.lr_max:g}]); --agent.lr-schedule constant keeps it"
+                )
             if strategy.is_main:  # before any save of this run: what a killed save left behind
                 for stale in ckpt.remove_stale_temporaries(run_dir / "checkpoints"):
                     tel.message(f"checkpoint: removed {stale.name}, left by an interrupted save")

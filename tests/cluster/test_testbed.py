@@ -113,7 +113,9 @@ def test_two_nodes_equal_one_node_with_two_processes_bitwise(two_nodes, two_rank
     a, b = final_state(run_dir, ITERS, world_size=2), final_state(two_rank_reference, ITERS, 2)
     assert_same(a["policy"], b["policy"], "policy")
     assert_same(a, b)  # and the rest: optimizer, LR, env steps, every rank's envs and RNG
-    assert out.count("distrl: task cartpole | 2 rank(s) x 8 envs") == 1, out  # rank 0 only
+    assert out.count("distrl: task cartpole (on-policy PPO) | 2 rank(s) x 8 envs") == 1, (
+        out
+    )  # rank 0 only
 
 
 @pytest.mark.slow

@@ -228,7 +228,7 @@ def test_cli_trains_reach10_on_two_ranks(tmp_path: Path) -> None:
     )
     code, out, err, _ = run_cli([str(BIN / "distrl"), *args.split()], timeout=120, cwd=tmp_path)
     assert code == 0, out + err
-    assert out.count("distrl: task reach10 | 2 rank(s) x 8 envs") == 1, out
+    assert out.count("distrl: task reach10 (episodic RLOO) | 2 rank(s) x 8 envs") == 1, out
     recs = read_metrics(run)
     assert [r["iteration"] for r in recs] == [1, 2, 3]
     first = recs[0]

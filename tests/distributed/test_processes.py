@@ -46,7 +46,7 @@ def check_one_run_dir(cwd: Path, run_dir: Path, out: str) -> None:
     assert manifest["world_size"] == 2 and len(state["ranks"]) == 2
     assert state["env_steps"] == ITERS * 2 * NUM_ENVS * NUM_STEPS
     # one banner and one summary: only rank 0 prints
-    assert out.count("distrl: task cartpole | 2 rank(s) x 32 envs") == 1, out
+    assert out.count("distrl: task cartpole (on-policy PPO) | 2 rank(s) x 32 envs") == 1, out
     assert out.count("distrl run summary") == 1, out
 
 

@@ -104,3 +104,13 @@ def test_wrong_windows_and_mixed_runs_are_refused_with_the_fix(run, tmp_path, ca
     assert code == 2 and "average checkpoints of one run" in err
     code, _, err = run_main(["average", files[1]], capsys)
     assert code == 2 and "not a run directory" in err
+
+
+def test_a_run_saved_twice_averages_its_two_checkpoints(tmp_path, capsys):
+    """`make train`'s run saves at iterations 50 and 100: the default window (the last third)
+    holds one, so the newest two are averaged rather than refused."""
+    api_train("cartpole", tmp_path, 8, {"max_iterations": 6, "save_interval": 3})
+    chosen = averaging.select(tmp_path)
+    assert [ckpt.checkpoint_iteration(p) for p in chosen] == [3, 6]
+    code, out, err = run_main(["average", str(tmp_path)], capsys)
+    assert code == 0, err

@@ -62,7 +62,9 @@ class AverageResult:
 def select(
     run_dir: Path, from_iteration: int | None = None, to_iteration: int | None = None
 ) -> list[Path]:
-    """The run's ``ckpt_*.pt`` files with iterations in [from, to], oldest first."""
+    """The run's ``ckpt_*.pt`` files with iterations in [from, to], oldest first; without a
+    window, those of the last third of the run, or the newest two where it holds fewer (a run
+    saved every 50 of 100 iterations: 50 and 100)."""
     run_dir = Path(run_dir)
     ckdir = run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir
     found = sorted(ckpt.list_checkpoints(ckdir), key=lambda p: ckpt.checkpoint_iteration(p) or 0)
@@ -80,6 +82,8 @@ def select(
     if first > last:
         raise ValueError(f"--from-iteration {first} is after --to-iteration {last}")
     chosen = [p for p, it in zip(found, iterations, strict=True) if first <= it <= last]
+    if len(chosen) < 2 and from_iteration is None and to_iteration is None and len(found) >= 2:
+        return found[-2:]  # the default window is too narrow for the run's save interval
     if len(chosen) < 2:
         raise ValueError(
             f"{run_dir}: {len(chosen)} checkpoint(s) in iterations {first}..{last} (the run has "

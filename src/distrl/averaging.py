@@ -38,7 +38,8 @@ class AverageArgs:
     more checkpoint files of one run."""
     from_iteration: int | None = None
     """Run directory: the first iteration to include (default: the first checkpoint at or after
-    two thirds of the newest's iteration, e.g. 600 of 900)."""
+    two thirds of the newest's iteration, e.g. 600 of 900; the newest two where that window
+    holds fewer)."""
     to_iteration: int | None = None
     """Run directory: the last iteration to include (default: the newest checkpoint's)."""
     output: str | None = None

@@ -143,6 +143,16 @@ class Collector:
                     f"rank {self.rank}: env {n} returned a non-finite {name} at step {step} "
                     f"(iteration {iteration}, rollout step {t}); the update was not run"
                 )
+        # a time limit's final observation is seen only through V(final_obs), where truncated
+        final = (~torch.isfinite(buf.final_values)) & buf.truncated
+        if final.any():
+            t, n = (int(v) for v in final.nonzero()[0])
+            step = iteration * buf.num_steps + t
+            raise NonFiniteEnvError(
+                f"rank {self.rank}: env {n} returned a non-finite final observation (info"
+                f'["final_obs"] at a time limit) at step {step} (iteration {iteration}, '
+                f"rollout step {t}); the update was not run"
+            )
         if self.obs.is_floating_point() and not torch.isfinite(self.obs).all():
             n = int((~torch.isfinite(self.obs)).reshape(self.obs.shape[0], -1).any(-1).nonzero()[0])
             step = (iteration + 1) * buf.num_steps - 1

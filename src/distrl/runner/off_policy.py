@@ -104,6 +104,7 @@ class OffPolicyRunner(Runner):
             "terminated": torch.zeros(T, N, dtype=torch.bool, **z),
             "truncated": torch.zeros(T, N, dtype=torch.bool, **z),
             "final_q": torch.zeros(T, N, **z),
+            "final_bad": torch.zeros(T, N, dtype=torch.bool, **z),
         }
         self.obs = env.reset(seed=self.seed)
         self.ep_return = torch.zeros(N, **z)
@@ -141,6 +142,7 @@ class OffPolicyRunner(Runner):
         r, env, learner = self.rollout, self.env, self.learner
         progress = self.iteration / self.cfg.agent.max_iterations
         uniform = not self.learning and not self.refilling
+        r["final_bad"].zero_()
         obs = self.obs
         for t in range(self.cfg.agent.num_steps):
             env_actions, actions = learner.explore(obs, progress, uniform)
@@ -159,6 +161,9 @@ class OffPolicyRunner(Runner):
             if done.any():  # the observation that ended the episode, not the reset
                 final = info["final_obs"]
                 after = torch.where(done.view(-1, *[1] * (next_obs.dim() - 1)), final, next_obs)
+                if final.is_floating_point():  # checked with the rollout (no sync here)
+                    finite = torch.isfinite(final.reshape(final.shape[0], -1)).all(-1)
+                    r["final_bad"][t] = done & ~finite
                 if isinstance(learner, PQN) and truncated.any():
                     r["final_q"][t] = torch.where(truncated, learner.max_q(final), 0.0)
             if self.replay is not None:
@@ -188,6 +193,9 @@ class OffPolicyRunner(Runner):
         fields = {"reward": r["rewards"]}
         if r["obs"].is_floating_point():
             fields["observation"] = r["obs"]
+            fields['final observation (info["final_obs"] where an episode ended)'] = torch.where(
+                r["final_bad"], float("nan"), 0.0
+            )
         for what, x in fields.items():
             bad = ~torch.isfinite(x.reshape(x.shape[0], x.shape[1], -1)).all(-1)
             if bad.any():

@@ -50,6 +50,7 @@ def check_before_start(cfg: TrainConfig) -> None:
     _, _, world, local_world = context.env_ranks() if cfg.distributed else (0, 0, 1, 1)
     if launching:
         world, local_world = cfg.nnodes * cfg.nproc, cfg.nproc
+        launch.check_memory(cfg.nproc)
     context.check_devices(cfg.device, local_world)
     context.check_backend(cfg.dist.backend, cfg.device, local_world)
     task = get_task(cfg.task)

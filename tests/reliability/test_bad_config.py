@@ -133,6 +133,12 @@ TABLE = [
         {},
     ),
     (
+        "more-ranks-than-memory",
+        ["cartpole", "--nproc", "64"],
+        ["--nproc 64 starts 64 ranks of about", "this machine has 2.0 GiB free", "use --nproc"],
+        {"free_memory": 2 * 2**30},
+    ),
+    (
         "all-problems-at-once",
         ["cartpole", "--env.num-envs", "0", "--agent.num-epochs", "-3"],
         ["--env.num-envs must be positive, got 0", "--agent.num-epochs must be positive, got -3"],
@@ -211,6 +217,10 @@ def test_bad_configuration_is_refused_before_anything_starts(
     expected = [e.replace("{tmp}", str(tmp_path)) for e in expected]
     for k, v in extra.get("env", {}).items():
         monkeypatch.setenv(k, v)
+    if "free_memory" in extra:
+        from distrl.distributed import launch
+
+        monkeypatch.setattr(launch, "available_memory", lambda: extra["free_memory"])
     if "fake_gpus" in extra:
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: extra["fake_gpus"])

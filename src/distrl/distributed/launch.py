@@ -206,6 +206,38 @@ def torchrun_command(
     ]
 
 
+RANK_MEMORY = 280 * 2**20
+"""Resident memory of one rank of a small run (measured 2026-11-28: 268-275 MiB for each rank of
+`distrl train cartpole --nproc 2`, shared library pages included): ``check_memory`` counts this
+per rank, and ``LAUNCH_MEMORY`` for the command and the launcher (221 and 231 MiB there)."""
+LAUNCH_MEMORY = 450 * 2**20
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can still give (Linux's MemAvailable); None where it does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_memory(nproc: int) -> None:
+    """Refuse ``--nproc N`` whose ranks could not all start on this machine's free memory."""
+    free = available_memory()
+    need = nproc * RANK_MEMORY + LAUNCH_MEMORY
+    if free is not None and need > free:
+        fits = max(1, (free - LAUNCH_MEMORY) // RANK_MEMORY)
+        raise ValueError(
+            f"--nproc {nproc} starts {nproc} ranks of about {RANK_MEMORY / 2**20:.0f} MiB "
+            f"each and a launcher ({need / 2**30:.1f} GiB) before their envs grow, and this "
+            f"machine has {free / 2**30:.1f} GiB free; use --nproc {fits} or fewer"
+        )
+
+
 def default_threads(local_world_size: int) -> int:
     """Cores / local world size: oversubscribing the cores makes every rank slower."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -175,13 +175,9 @@ class Collector:
     def episode_window(self, iteration: int) -> torch.Tensor:
         """Add the episodes that ended in this rollout to the window; returns it, [WINDOW, 3]
         rows of (return, length, completion key), the key ordering completions across ranks."""
-        T = self.buffer.num_steps
-        mask = self.episode_end  # episodes that ended
-        if mask.any():
-            key = iteration * T + torch.arange(T, device=mask.device, dtype=torch.float32)
-            key = key.unsqueeze(1).expand_as(mask)
-            new = torch.stack([self.done_return[mask], self.done_length[mask], key[mask]], 1)
-            self.window = torch.cat([self.window, new])[-WINDOW:]
+        self.window = append_window(
+            self.window, self.done_return, self.done_length, self.episode_end, iteration
+        )
         return self.window
 
     # ---- checkpoints -----------------------------------------------------------------------
@@ -294,6 +290,25 @@ class RemoteRollouts:
 
     def episode_window(self, iteration: int) -> torch.Tensor:
         return self.window
+
+
+def append_window(
+    window: torch.Tensor,
+    returns: torch.Tensor,
+    lengths: torch.Tensor,
+    ended: torch.Tensor,
+    iteration: int,
+) -> torch.Tensor:
+    """``window`` [WINDOW, 3] with the episodes that ended in a rollout added (``ended`` [T, N];
+    ``returns``, ``lengths`` [T, N]: the running figures at each step), keyed by completion
+    step so that windows of several ranks merge in order."""
+    if not ended.any():
+        return window
+    T = ended.shape[0]
+    key = iteration * T + torch.arange(T, device=ended.device, dtype=torch.float32)
+    key = key.unsqueeze(1).expand_as(ended)
+    new = torch.stack([returns[ended], lengths[ended], key[ended]], 1)
+    return torch.cat([window, new])[-WINDOW:]
 
 
 def rollout_buffer(

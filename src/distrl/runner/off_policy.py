@@ -37,6 +37,7 @@ from distrl.runner.base import Runner
 from distrl.runner.collector import (
     EnvStepError,
     NonFiniteEnvError,
+    append_window,
     env_state,
     episode_summary,
     load_env_state,
@@ -105,6 +106,9 @@ class OffPolicyRunner(Runner):
             "truncated": torch.zeros(T, N, dtype=torch.bool, **z),
             "final_q": torch.zeros(T, N, **z),
             "final_bad": torch.zeros(T, N, dtype=torch.bool, **z),
+            "done_return": torch.zeros(T, N, **z),  # the running figures where episodes end
+            "done_length": torch.zeros(T, N, **z),
+            "episode_end": torch.zeros(T, N, dtype=torch.bool, **z),
         }
         self.obs = env.reset(seed=self.seed)
         self.ep_return = torch.zeros(N, **z)
@@ -171,22 +175,23 @@ class OffPolicyRunner(Runner):
             self._episodes(info.get("episode_end", done), info.get("score", reward), t)
             obs = next_obs
         self.obs = obs
+        self.window = append_window(
+            self.window, r["done_return"], r["done_length"], r["episode_end"], self.iteration
+        )
         if self.cfg.env.check_finite:
             self._check_finite()
         self.last_rollout_time = time.perf_counter() - t0
 
     def _episodes(self, ended: torch.Tensor, score: torch.Tensor, t: int) -> None:
-        """The running returns, and the window of completed episodes (as PPO's collector: the
-        key orders completions across ranks)."""
+        """The running returns at step ``t`` (as PPO's collector, without a host sync); the
+        window takes the episodes that ended after the rollout (``append_window``)."""
+        r = self.rollout
         self.ep_return += score
         self.ep_length += 1
-        if ended.any():
-            step = self.iteration * self.cfg.agent.num_steps + t
-            key = torch.full_like(self.ep_return[ended], float(step))
-            new = torch.stack([self.ep_return[ended], self.ep_length[ended], key], 1)
-            self.window = torch.cat([self.window, new])[-WINDOW:]
-            self.ep_return.masked_fill_(ended, 0.0)
-            self.ep_length.masked_fill_(ended, 0.0)
+        r["done_return"][t], r["done_length"][t] = self.ep_return, self.ep_length
+        r["episode_end"][t] = ended
+        self.ep_return.masked_fill_(ended, 0.0)
+        self.ep_length.masked_fill_(ended, 0.0)
 
     def _check_finite(self) -> None:
         r = self.rollout

@@ -14,6 +14,7 @@ from benchmarks.learn import LearnArgs, learn
 from benchmarks.meta_world import MetaWorldArgs, metaworld
 from benchmarks.neighbour import NeighbourArgs, neighbour
 from benchmarks.offpolicy import OffPolicyArgs, offpolicy
+from benchmarks.pbt import PBTBenchArgs, pbt
 from benchmarks.project import ProjectArgs, project_cmd
 from benchmarks.roofline import RooflineArgs, roofline
 from benchmarks.scaling import ScalingArgs, scaling
@@ -36,6 +37,8 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   broadcast    learner -> actor weight sync: routing table vs naive vs dist.broadcast, GB/s
   neighbour    a task's iteration time alone and beside a second distrl run, per OpenMP setting
   offpolicy    dqn, sac or td3 against Stable-Baselines3's, alternating: wall time, eval return
+  pbt          population-based training against the same members left alone, at equal env
+               steps: wall time, best final score, the task's defaults
   roofline     one iteration against the machine's matmul limit at its exact GEMM shapes, by phase
   cluster      nodes in network namespaces on rate-limited links (root): all-reduce vs the
                alpha-beta model per link rate and past W=2; routing-table weight sync vs naive
@@ -54,6 +57,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "broadcast": (BroadcastArgs, broadcast),
     "neighbour": (NeighbourArgs, neighbour),
     "offpolicy": (OffPolicyArgs, offpolicy),
+    "pbt": (PBTBenchArgs, pbt),
     "roofline": (RooflineArgs, roofline),
     "cluster": (ClusterArgs, cluster),
 }

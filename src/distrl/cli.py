@@ -31,6 +31,9 @@ commands:
   train <task> [overrides]    train a policy (`distrl train <task> --help` lists overrides)
   train --config RUN/config.yaml [overrides]
                               train again with a run's config
+  train <task> --population N [--pbt.OPTION V] [overrides]
+                              population-based training of N members, each a
+                              run under any strategy (`--population N --pbt.help`)
   train --import MODULE <task> [overrides]
                               import MODULE first (in every rank too): your own
                               tasks, registered with distrl.register_task
@@ -81,6 +84,8 @@ def train_main(argv: list[str] | None = None) -> int:
     from distrl.distributed import launch, strategies
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if any(w.split("=", 1)[0] == "--population" or w.startswith("--pbt.") for w in argv):
+        return population_main(argv)
     try:
         cfg = parse_train_args(argv)
         session.check_before_start(cfg)
@@ -202,6 +207,20 @@ def pretrain_main(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def population_main(argv: list[str]) -> int:
+    """``train <task> --population N``: population-based training (distrl/population.py)."""
+    from distrl import population
+
+    try:
+        own, overrides = population.take_flags(argv)
+        assert own is not None
+        result = population.run_population(own, overrides)
+    except (ValueError, RuntimeError) as e:
+        return _fail(str(e))
+    print(population.describe(result))
+    return interrupts.exit_code(result.interrupted)
 
 
 def sweep_main(argv: list[str]) -> int:

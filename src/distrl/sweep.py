@@ -18,6 +18,7 @@ Optuna storage: ``--resume DIR`` continues the study) and ``sweep.csv`` (one row
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import datetime
@@ -210,6 +211,13 @@ def _check_field(cfg: TrainConfig, p: Param, where: str) -> None:
             raise ValueError(f"{where}: {p.name} = {value!r} makes an invalid config: {e}") from e
 
 
+def _number(value: Any) -> Any:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return float(value)
+    return value
+
+
 def parse_space(data: Any, where: str) -> tuple[Param, ...]:
     """A space file's mapping as Params; a malformed entry is refused naming it."""
     if not isinstance(data, dict) or not data:
@@ -232,7 +240,9 @@ def parse_space(data: Any, where: str) -> tuple[Param, ...]:
             continue
         if kind not in ("float", "int"):
             raise ValueError(f"{where}: {name}: type must be float, int or categorical")
-        low, high, log = spec.get("low"), spec.get("high"), bool(spec.get("log", False))
+        # PyYAML reads 1e-5 (no dot) as a string: a number written so is taken as the number
+        low, high = (_number(spec.get(k)) for k in ("low", "high"))
+        log = bool(spec.get("log", False))
         if not (isinstance(low, int | float) and isinstance(high, int | float) and low < high):
             raise ValueError(f"{where}: {name}: needs numbers low < high (got {low}, {high})")
         if log and low <= 0:

@@ -92,6 +92,9 @@ class StrategySpec:
     launcher: str = ""
     """The module whose ``launch`` starts its ranks for ``distrl train --nproc N`` (empty:
     torchrun, ``distributed/launch.py``)."""
+    collectors: Callable[[DistConfig, int], int] = lambda d, world: world
+    """How many of ``world`` ranks collect env steps (its sides' ``num_collectors``), known
+    before any rank starts: what a schedule in env steps counts in iterations."""
 
 
 _EPISODES_LA = (
@@ -149,7 +152,9 @@ def _ps(mode: str, options: tuple[str, ...] = (), agreed: bool = True) -> Strate
 
     lacks = {STATS_WHERE_WEIGHTS: _POPART_PS, WHOLE_LEARNER: _LEARNER_PS}
     lacks |= {} if agreed else {AGREED_STATS: _UNAGREED}
-    return StrategySpec(build, options, lacks, lambda d: 2, _ps_too_few)
+    return StrategySpec(
+        build, options, lacks, lambda d: 2, _ps_too_few, collectors=lambda d, world: world - 1
+    )
 
 
 STRATEGIES: dict[str, StrategySpec] = {
@@ -175,6 +180,7 @@ STRATEGIES: dict[str, StrategySpec] = {
         min_world=lambda d: 2 * d.learners,
         too_few=_la_too_few,
         off_policy=lambda d: d.sync == "async",
+        collectors=lambda d, world: world - d.learners,
     ),
 }
 
@@ -230,6 +236,13 @@ def check_strategy(cfg: TrainConfig, world_size: int) -> None:
     need = spec.min_world(cfg.dist)
     if world_size < need:
         raise ValueError(spec.too_few(cfg.dist, world_size))
+
+
+def collectors(cfg: TrainConfig) -> int:
+    """How many ranks of ``cfg``'s run on ``cfg.nproc * cfg.nnodes`` ranks collect env steps
+    (its sides' ``num_collectors``)."""
+    world = max(1, cfg.nproc * cfg.nnodes)
+    return max(1, strategy_spec(cfg.dist.strategy).collectors(cfg.dist, world))
 
 
 def launcher(strategy: str) -> Callable[..., int]:

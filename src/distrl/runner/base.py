@@ -202,6 +202,10 @@ class Runner(ABC):
     def schedule_lr(self) -> None:
         self.ppo.schedule_lr(self.iteration)
 
+    def set_lr(self, lr: float) -> None:
+        """The rate the next step takes (an adaptive schedule moves on from it)."""
+        self.ppo.set_lr(lr)
+
     def finished(self) -> None:
         """After the last iteration of every role but an actor: say why the run stopped early
         (an interrupt has its own line: ``interrupts.final_line``)."""
@@ -300,6 +304,12 @@ class Runner(ABC):
         notes = ckpt.check_resume_compatible(manifest, to_dict(self.cfg), self.strategy.world_size)
         self.load_training_state(TrainingState.from_checkpoint(state, self.strategy.rank))
         self.wall_offset = float(state["wall_time"])
+        saved = manifest.get("config")
+        lr = self.cfg.agent.learning_rate
+        if isinstance(saved, dict) and saved.get("agent", {}).get("learning_rate", lr) != lr:
+            self.set_lr(lr)  # a rate given anew (a population's explore) is the one that steps
+            notes = [f"{n} (the learning rate restarts from it)" if
+                     n.startswith("agent.learning_rate:") else n for n in notes]  # fmt: skip
         return notes
 
     # ---- the training state ----------------------------------------------------------------

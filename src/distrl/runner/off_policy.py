@@ -134,6 +134,9 @@ class OffPolicyRunner(Runner):
     def schedule_lr(self) -> None:
         self.learner.schedule_lr(self.iteration)
 
+    def set_lr(self, lr: float) -> None:
+        self.learner.set_lr(lr)
+
     @property
     def learning(self) -> bool:
         """Updates happen this iteration: PQN always; a replay once it holds learning-starts."""

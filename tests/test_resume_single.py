@@ -200,3 +200,20 @@ def test_resume_of_a_recurrent_policy_equals_uninterrupted_run(tmp_path):
     assert_same(resumed["policy"], full["policy"], "policy")
     assert_same(resumed["ppo"], full["ppo"], "ppo")
     assert_same(resumed["ranks"][0]["memory"], full["ranks"][0]["memory"], "memory")
+
+
+@pytest.mark.timeout(60)
+def test_a_run_stopped_at_and_resumed_equals_one_with_its_linear_schedule(tmp_path):
+    """--agent.stop-at pauses a run while its schedule spans --agent.max-iterations: the parts
+    together are the whole run, the linear learning rate included (a population's member)."""
+    linear = ("--agent.lr-schedule", "linear", "--agent.max-iterations", "4")
+    train(tmp_path / "full", *linear)
+    full = final_state(tmp_path / "full", 4)
+    run_dir = tmp_path / "parts"
+    for stop in ("1", "3", "4"):
+        train(run_dir, *linear, "--agent.stop-at", stop, "--resume", "auto")
+    assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2, 3, 4]
+    assert_same(final_state(run_dir, 4)["policy"], full["policy"], "policy")
+    assert [r["lr"] for r in read_metrics(run_dir)] == [
+        r["lr"] for r in read_metrics(tmp_path / "full")
+    ]

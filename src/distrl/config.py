@@ -131,6 +131,10 @@ class AgentConfig:
     """Steps collected per env per iteration (T). Rollout batch per rank = num_envs * num_steps."""
     max_iterations: int = 100
     """Training iterations (rollout + update) to run."""
+    stop_at: int | None = None
+    """Stop at this iteration, with a checkpoint, while the schedules (the linear learning
+    rate, exploration) still run to --agent.max-iterations: a run trained in parts, each
+    continued with --resume auto (a population's generations)."""
     total_timesteps: int | None = None
     """Env-step budget: when set, it replaces max_iterations by the iterations it takes,
     ceil(total / (collecting ranks x num_envs x num_steps)) (the linear LR schedule decays over
@@ -191,6 +195,14 @@ class AgentConfig:
     None keeps every checkpoint."""
     max_consecutive_skips: int = 10
     """Stop with an error after this many consecutive updates skipped for non-finite values."""
+
+    @property
+    def last_iteration(self) -> int:
+        """Where this run stops: --agent.stop-at, if set and sooner, else
+        --agent.max-iterations."""
+        if self.stop_at is None:
+            return self.max_iterations
+        return min(self.stop_at, self.max_iterations)
 
     @property
     def lr_min(self) -> float:
@@ -454,6 +466,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive(errors, "--env.num-envs", e.num_envs, "set it to 1 or more")
     _positive(errors, "--agent.num-steps", a.num_steps, "set it to 1 or more")
     _positive(errors, "--agent.max-iterations", a.max_iterations, "set it to 1 or more")
+    if a.stop_at is not None:
+        _positive(errors, "--agent.stop-at", a.stop_at, "or leave it unset")
     _positive(errors, "--agent.num-epochs", a.num_epochs, "set it to 1 or more")
     _positive(errors, "--agent.num-minibatches", a.num_minibatches, "set it to 1 or more")
     _positive(errors, "--agent.learning-rate", a.learning_rate, "use e.g. 3e-4")

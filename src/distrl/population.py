@@ -199,9 +199,10 @@ def space_of(o: PBTOptions, base: TrainConfig) -> tuple[Param, ...]:
 
 def member_config(base: TrainConfig, m: Member, run_dir: Path, iterations: int,
                   threads: int | None) -> TrainConfig:  # fmt: skip
-    """Member ``m``'s config for a generation that ends at iteration ``iterations``."""
+    """Member ``m``'s config for a generation that ends at iteration ``iterations`` (its
+    schedules run over the whole budget, ``base.agent.max_iterations``)."""
     cfg = with_values(base, m.values)
-    agent = dataclasses.replace(cfg.agent, max_iterations=iterations, total_timesteps=None)
+    agent = dataclasses.replace(cfg.agent, stop_at=iterations, total_timesteps=None)
     return dataclasses.replace(
         cfg,
         agent=agent,

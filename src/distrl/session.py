@@ -270,11 +270,16 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
                 tel.message(f"init: policy from {path} (its iteration {at}); iteration 0 here")
             elif cfg.resume:
                 tel.message("resume: no checkpoint yet in this run directory; starting fresh")
-            if runner.iteration >= cfg.agent.max_iterations:
+            if runner.iteration >= cfg.agent.last_iteration:
+                flag = (
+                    "max-iterations"
+                    if cfg.agent.last_iteration == cfg.agent.max_iterations
+                    else "stop-at"
+                )
                 tel.message(
                     f"resume: the checkpoint is already at iteration {runner.iteration}, and "
-                    f"--agent.max-iterations is {cfg.agent.max_iterations}: nothing to train. "
-                    f"Raise --agent.max-iterations to train further."
+                    f"--agent.{flag} is {cfg.agent.last_iteration}: nothing to train. "
+                    f"Raise --agent.{flag} to train further."
                 )
                 tel.close()
                 close()

@@ -147,7 +147,7 @@ class Runner(ABC):
             return True
         if self.stop_request is not None and not self.strategy.active:
             return True
-        return self.iteration >= self.cfg.agent.max_iterations or self.stop_early
+        return self.iteration >= self.cfg.agent.last_iteration or self.stop_early
 
     def request_stop(self, reason: str) -> None:
         """Stop the run early, with the final checkpoint as after its last iteration, saying

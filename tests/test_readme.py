@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from distrl.args import parse_train_args
+from distrl.population import parse, take_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -67,6 +68,10 @@ def _train_commands() -> list[list[str]]:
 def test_train_commands_parse(argv):
     if argv[0] in ("halfcheetah", "hopper", "walker2d", "ant"):
         pytest.importorskip("mujoco")
+    own, rest = take_flags(argv)
+    if own is not None:  # a population: its own flags, then the members' train overrides
+        parse(own, rest)
+        return
     parse_train_args(argv)
 
 

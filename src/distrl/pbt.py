@@ -22,6 +22,7 @@ ranked.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Sequence
@@ -44,6 +45,17 @@ def check_space(params: Sequence[Param]) -> None:
                 f"another's training state, whose shapes and task it fixes); leave it out and "
                 f"set it for the whole population with --{p.name.replace('_', '-')}"
             )
+
+
+def holding(p: Param, value: Any) -> Param:
+    """``p`` widened to hold ``value`` (the task's default, member 0's), so that a member that
+    copies member 0 explores around its values rather than jumping into the range."""
+    if p.type == "categorical":
+        return p if value in p.choices else dataclasses.replace(p, choices=(*p.choices, value))
+    assert p.low is not None and p.high is not None
+    if not isinstance(value, int | float) or (p.log and value <= 0):
+        return p
+    return dataclasses.replace(p, low=min(p.low, value), high=max(p.high, value))
 
 
 def horizon_like(p: Param) -> bool:

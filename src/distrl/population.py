@@ -28,6 +28,7 @@ import json
 import math
 import os
 import random
+import select
 import shutil
 import signal
 import subprocess
@@ -191,7 +192,7 @@ def space_of(o: PBTOptions, base: TrainConfig) -> tuple[Param, ...]:
             search_space(base, {kl.name: {"type": "float", "low": kl.low, "high": kl.high,
                                           "log": True}}, "the default space")  # fmt: skip
     pbt.check_space(params)
-    return params
+    return tuple(pbt.holding(p, _get(base, p.name)) for p in params)
 
 
 # ---- the members' runs ---------------------------------------------------------------------
@@ -219,25 +220,80 @@ def newest_iteration(run_dir: Path) -> int:
     return (store.checkpoint_iteration(found[0]) or 0) if found else 0
 
 
-def start_member(cfg: TrainConfig, imports: Sequence[str]) -> subprocess.Popen:
-    """``distrl train --config member/pbt_config.yaml`` in its own session (a Ctrl-C reaches
-    it once, forwarded by this process), its console into ``member/log.txt``."""
+def write_config(cfg: TrainConfig) -> Path:
+    """``cfg`` as ``member_<k>/pbt_config.yaml``, what the member's generation trains."""
     run_dir = Path(cfg.run_dir or ".")
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "pbt_config.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def start_member(config: Path, imports: Sequence[str]) -> subprocess.Popen:
+    """``distrl train --config member/pbt_config.yaml --resume auto`` (a member on several
+    ranks: its launcher) in its own session (a Ctrl-C reaches it once, forwarded by this
+    process), its console into ``member/log.txt``."""
     argv = [sys.executable, "-m", "distrl.cli", "train"]
     for module in imports:
         argv += ["--import", module]
-    argv += ["--config", str(path), "--run-dir", str(run_dir), "--resume", "auto"]
-    log = (run_dir / "log.txt").open("ab")
-    try:
+    argv += ["--config", str(config), "--run-dir", str(config.parent), "--resume", "auto"]
+    with (config.parent / "log.txt").open("ab") as log:
         return subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
-    finally:
-        log.close()
+
+
+class PoolWorker:
+    """A ``distrl.population_worker`` process: one-process members' generations one after
+    another, without a new interpreter each (``poll`` and ``send_signal`` as a ``Popen``)."""
+
+    def __init__(self, imports: Sequence[str]) -> None:
+        argv = [sys.executable, "-m", "distrl.population_worker"]
+        for module in imports:
+            argv += ["--import", module]
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        self.pending = b""
+
+    def submit(self, config: Path) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{config}\n".encode())
+        self.proc.stdin.flush()
+
+    def poll(self) -> int | None:
+        """The generation's exit code once the worker answered (or died: then its own)."""
+        out = self.proc.stdout
+        assert out is not None
+        while b"\n" not in self.pending and select.select([out], [], [], 0)[0]:
+            chunk = os.read(out.fileno(), 64)
+            if not chunk:  # the worker died mid-generation
+                code = self.proc.wait()
+                return code if code > 0 else 128 - code if code < 0 else 1
+            self.pending += chunk
+        if b"\n" not in self.pending:
+            return None
+        line, self.pending = self.pending.split(b"\n", 1)
+        return int(line)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send_signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def read_records(run_dir: Path) -> list[dict]:
@@ -301,7 +357,9 @@ class Controller:
         self.parallel = o.parallel or max(1, min(args.population, cores // ranks))
         self.threads = None if self.parallel == 1 else max(1, cores // (self.parallel * ranks))
         self.settings = {"overrides": list(overrides), "pbt": dataclasses.asdict(args)}
-        self.children: dict[int, subprocess.Popen] = {}
+        self.running: dict[int, subprocess.Popen | PoolWorker] = {}
+        """Member -> what trains its generation now."""
+        self.idle: list[PoolWorker] = []
         self.signal: int = 0
 
     # -- state
@@ -372,29 +430,40 @@ class Controller:
 
     # -- one generation
     def train_generation(self, pop: Population, target: int) -> dict[int, str]:
-        """Every member trained to iteration ``target``, ``parallel`` at a time; returns why
-        each member that failed did."""
+        """Every member trained to iteration ``target``, ``parallel`` at a time (a member of
+        one process in a ``PoolWorker``, one of several ranks by its own launcher); returns
+        why each member that failed did."""
         from distrl.args import IMPORTED
 
+        pooled = self.base.nproc == 1 and self.base.nnodes == 1
         todo = [m for m in pop.members if newest_iteration(self.member_dir(m.index)) < target]
         failed: dict[int, str] = {}
-        while (todo or self.children) and not self.signal:
-            while todo and len(self.children) < self.parallel:
+        while (todo or self.running) and not self.signal:
+            while todo and len(self.running) < self.parallel:
                 m = todo.pop(0)
                 cfg = member_config(self.base, m, self.member_dir(m.index), target, self.threads)
-                self.children[m.index] = start_member(cfg, IMPORTED)
-            for k, proc in list(self.children.items()):
-                code = proc.poll()
+                path = write_config(cfg)
+                if pooled:
+                    worker = self.idle.pop() if self.idle else PoolWorker(IMPORTED)
+                    worker.submit(path)
+                    self.running[m.index] = worker
+                else:
+                    self.running[m.index] = start_member(path, IMPORTED)
+            for k, slot in list(self.running.items()):
+                code = slot.poll()
                 if code is None:
                     continue
-                del self.children[k]
+                del self.running[k]
+                if isinstance(slot, PoolWorker) and slot.alive:
+                    self.idle.append(slot)
                 if code != 0:
                     failed[k] = f"exit code {code}; see {self.member_dir(k) / 'log.txt'}"
-            time.sleep(0.2)
+            time.sleep(0.05)
         if self.signal:  # forwarded once: each member stops at an iteration and saves
-            for proc in self.children.values():
-                proc.wait()
-            self.children.clear()
+            for slot in self.running.values():
+                while slot.poll() is None:
+                    time.sleep(0.05)
+            self.running.clear()
         return failed
 
     def score(self, k: int, first: int, target: int) -> float | None:
@@ -420,6 +489,8 @@ class Controller:
             while pop.generation < self.generations and not self.signal:
                 self.one_generation(pop)
         finally:
+            for worker in self.idle:
+                worker.close()
             for s, handler in previous.items():
                 signal.signal(s, handler)
         scores = pop.scores or [None] * self.args.population
@@ -434,9 +505,9 @@ class Controller:
         if self.signal:
             return
         self.signal = signum
-        for proc in self.children.values():
+        for slot in [*self.running.values(), *self.idle]:
             with contextlib.suppress(OSError):
-                proc.send_signal(signum)
+                slot.send_signal(signum)
 
     def one_generation(self, pop: Population) -> None:
         g = pop.generation
@@ -548,12 +619,14 @@ def write_plot(run_dir: Path, space: Sequence[Param], pop: Population, best: int
         for k in range(len(pop.members)):
             pts = [(int(r["env_steps"]), float(r[name])) for r in rows
                    if int(r["member"]) == k and r[name] not in ("", None)]  # fmt: skip
+            steps = "default" if name == "score" else "steps-pre"  # held for a generation
             if pts:
-                ax.plot(*zip(*pts, strict=True), lw=0.8, alpha=0.5)
+                ax.plot(*zip(*pts, strict=True), lw=0.8, alpha=0.5, drawstyle=steps)
         won = [(int(r["env_steps"]), float(r[name])) for r in rows if r[name] not in ("", None)
                and int(r["member"]) == line[int(r["generation"])]]  # fmt: skip
         if won:
-            ax.plot(*zip(*won, strict=True), color="black", lw=2.2, label="the winning lineage")
+            ax.plot(*zip(*won, strict=True), color="black", lw=2.2, drawstyle=steps,
+                    label="the winning lineage")  # fmt: skip
         ax.set_ylabel(name.split(".")[-1])
         if name != "score" and any(p.log for p in space if p.name == name):
             ax.set_yscale("log")

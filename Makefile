@@ -22,7 +22,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 TASK    ?= cartpole
 NPROC   ?= 2
 ARGS    ?=
-EXTRAS  ?= dev,mujoco,video,export,metaworld,sweep
+EXTRAS  ?= dev,mujoco,video,export,metaworld,sweep,multiagent
 
 .PHONY: setup setup-mujoco train test test-long test-all test-fast lint format bench docs clean
 

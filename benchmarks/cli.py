@@ -18,6 +18,7 @@ from benchmarks.pbt import PBTBenchArgs, pbt
 from benchmarks.project import ProjectArgs, project_cmd
 from benchmarks.roofline import RooflineArgs, roofline
 from benchmarks.scaling import ScalingArgs, scaling
+from benchmarks.selfplay import SelfPlayArgs, selfplay
 from benchmarks.solve import SolveArgs, solve
 from benchmarks.straggler import StragglerArgs, straggler
 from benchmarks.throughput import ThroughputArgs, throughput
@@ -39,6 +40,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   offpolicy    dqn, sac or td3 against Stable-Baselines3's, alternating: wall time, eval return
   pbt          population-based training against the same members left alone, at equal env
                steps: wall time, best final score, the task's defaults
+  selfplay     connect-four by self-play: win rates against random and scripted players, Elo
   roofline     one iteration against the machine's matmul limit at its exact GEMM shapes, by phase
   cluster      nodes in network namespaces on rate-limited links (root): all-reduce vs the
                alpha-beta model per link rate and past W=2; routing-table weight sync vs naive
@@ -58,6 +60,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "neighbour": (NeighbourArgs, neighbour),
     "offpolicy": (OffPolicyArgs, offpolicy),
     "pbt": (PBTBenchArgs, pbt),
+    "selfplay": (SelfPlayArgs, selfplay),
     "roofline": (RooflineArgs, roofline),
     "cluster": (ClusterArgs, cluster),
 }

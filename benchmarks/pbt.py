@@ -94,6 +94,7 @@ def _arm(a: PBTBenchArgs, seed: int, interval: int, out: Path, name: str) -> dic
         "wall_s": round(wall, 1),
         "best_member": best,
         "best_score": round(final[best], 2),
+        "best_score_exact": final[best],
         "defaults_score": round(final[0], 2),
         "play_best": _play(run / f"member_{best}"),
         "curve": [curve[g] for g in sorted(curve)],
@@ -102,8 +103,8 @@ def _arm(a: PBTBenchArgs, seed: int, interval: int, out: Path, name: str) -> dic
 
 
 def pbt(a: PBTBenchArgs) -> int:
-    out = Path(a.out or "bench_out/pbt")
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.out_dir(a.out, "pbt")
+    common.header(f"PBT against {a.members} fixed configs: {a.task}, {a.steps} steps per member")
     results = []
     for seed in range(a.seeds):
         order = [("fixed", a.steps), ("pbt", a.interval)]
@@ -115,7 +116,7 @@ def pbt(a: PBTBenchArgs) -> int:
     for r in results:
         if r["arm"] == "pbt":
             fixed = next(f for f in results if f["arm"] == "fixed" and f["seed"] == r["seed"])
-            reached = [w for w, _, s in r["curve"] if s >= fixed["best_score"]]
+            reached = [w for w, _, s in r["curve"] if s >= fixed["best_score_exact"]]
             r["wall_to_fixed_best_s"] = round(reached[0], 1) if reached else None
     summary = {"task": a.task, "steps_per_member": a.steps, "members": a.members,
                "interval": a.interval, "date": datetime.date.today().isoformat(),
@@ -132,6 +133,17 @@ def pbt(a: PBTBenchArgs) -> int:
         r["defaults_score"] for r in results if r["arm"] == "fixed"
     )
     (out / "results.json").write_text(json.dumps({"summary": summary, "runs": results}, indent=1))
+    common.write_csv(out / "per_run.csv", [{k: v for k, v in r.items() if k != "curve"}
+                                           for r in results])  # fmt: skip
+    common.write_csv(out / "curve.csv", [
+        {"arm": r["arm"], "seed": r["seed"], "generation": g, "wall_s": w, "env_steps": e,
+         "best_score": s} for r in results for g, (w, e, s) in enumerate(r["curve"])
+    ])  # fmt: skip
+    common.write_csv(out / "summary.csv", [
+        {"arm": arm, "task": a.task, "steps_per_member": a.steps, "members": a.members,
+         "seeds": a.seeds, **{k: v for k, v in summary[arm].items() if k != "per_seed"}}
+        for arm in ("fixed", "pbt")
+    ])  # fmt: skip
     _plot(results, out / "pbt_vs_fixed.png", a)
     print(json.dumps({k: v for k, v in summary.items()}, indent=1))
     return 0

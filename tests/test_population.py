@@ -59,8 +59,8 @@ def test_explore_stays_in_range_and_moves_each_kind():
     assert pbt.perturb(EPOCHS, 1, 0.8, rng) == 1  # but not below its range
     assert pbt.perturb(MINI, 2, 1.2, rng) == 4 and pbt.perturb(MINI, 2, 0.8, rng) == 1
     for seed in range(50):
-        values = pbt.explore([LR, GAMMA, EPOCHS, MINI], {LR.name: 1e-3, GAMMA.name: 0.99,
-                             EPOCHS.name: 4, MINI.name: 2}, 0.25, 0.2, random.Random(seed))  # fmt: skip
+        start = {LR.name: 1e-3, GAMMA.name: 0.99, EPOCHS.name: 4, MINI.name: 2}
+        values = pbt.explore([LR, GAMMA, EPOCHS, MINI], start, 0.25, 0.2, random.Random(seed))
         assert 1e-4 <= values[LR.name] <= 1e-2 and 0.95 <= values[GAMMA.name] <= 0.999
         assert 1 <= values[EPOCHS.name] <= 8 and values[MINI.name] in (1, 2, 4)
 

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 
 class Hooks:
+    def on_training_start(self, runner: Runner) -> None:
+        """Once, before the first iteration (after a resume's checkpoint is loaded)."""
+
     def before_update(self, runner: Runner) -> None:
         """After the rollout (and its finiteness check), before advantages and the update."""
 

@@ -240,3 +240,34 @@ def test_off_policy_refusals_come_before_anything_starts(tmp_path, argv, message
     code, out, err, _ = run_cli(cmd, timeout=50)
     assert code == 2, out + err
     assert message in err and "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.long
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("strategy", ["allreduce", "ps-bsp"])
+def test_a_population_of_multi_rank_members_exploits_under(tmp_path, strategy):
+    """Two members, each its own launcher on 2 or 3 ranks; the worse copies the better's
+    checkpoint after the first generation and trains on from it."""
+    run = tmp_path / "pop"
+    cmd = [str(BIN / "distrl"), "train", "cartpole", "--population", "2", *STRATEGIES[strategy]]
+    cmd += ["--pbt.interval", "8192", "--agent.max-iterations", "8", *QUIET]
+    code, out, err, _ = run_cli([*cmd, "--run-dir", str(run)], timeout=280, cwd=tmp_path)
+    assert code == 0, out[-3000:] + err[-3000:]
+    rows = (run / "pbt.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 and "copies member" in out
+    for k in (0, 1):
+        log = (run / f"member_{k}" / "log.txt").read_text()
+        assert "world size" in log or "rank(s)" in log, log[-2000:]
+        assert (run / f"member_{k}" / "checkpoints" / "ckpt_00000008.pt").is_file()
+
+
+@pytest.mark.long
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("strategy", ["allreduce", "learner-actor"])
+def test_connect_four_self_play_beats_random_under(tmp_path, strategy):
+    """Self-play on 2 ranks: the greedy policy wins most games against the random player after
+    40 iterations (its league and ratings in the records)."""
+    flags = [*STRATEGIES[strategy], "--env.num-envs", "128", "--agent.max-iterations", "40"]
+    records, _ = train(tmp_path, "connect-four", flags)
+    last = records[-1]
+    assert last["league/size"] >= 4 and last["selfplay/win_vs_random"] >= 0.7, last

@@ -54,6 +54,9 @@ class ActionSpace:
     low: tuple[float, ...] = ()
     high: tuple[float, ...] = ()
     nvec: tuple[int, ...] = ()
+    mask_in_obs: bool = False
+    """Discrete only: the last ``n`` entries of each observation row are the legal-action mask
+    (1 legal, 0 not); the policy gives an illegal action no probability."""
 
     @property
     def discrete(self) -> bool:

@@ -32,12 +32,14 @@ from typing import Any
 import torch
 
 from distrl.config import TrainConfig
+from distrl.envs import league
 from distrl.envs.acrobot import Acrobot
 from distrl.envs.cartpole import CartPole, CartPoleNoVelocity
 from distrl.envs.core import VecEnv
 from distrl.envs.episodic import EpisodicSuite, EpisodicVecEnv
 from distrl.envs.gym_tasks import GYM_PREFIX, id_parts, is_gym_id, task_parts
 from distrl.envs.pendulum import Pendulum
+from distrl.envs.pettingzoo_env import AgentReturns
 from distrl.envs.tuned import TUNED
 from distrl.hooks import Hooks
 from distrl.install import pip_install
@@ -135,6 +137,31 @@ def _atari(game: str) -> Callable[[int, torch.device, int | None], VecEnv]:
     return make
 
 
+def _pettingzoo(factory: Callable[[], Any], agent_id: bool) -> Callable[..., VecEnv]:
+    def make(num_envs: int, device: torch.device, max_episode_steps: int | None = None) -> VecEnv:
+        from distrl.envs.pettingzoo_env import ParallelVecEnv
+
+        return ParallelVecEnv(factory, num_envs, device, max_episode_steps, agent_id=agent_id)
+
+    return make
+
+
+def _require_mpe2() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("mpe2") is None:
+        from distrl.envs.pettingzoo_env import HINT
+
+        raise ValueError(f"task mpe-spread needs MPE2, which is not installed: {HINT}")
+
+
+def _mpe_spread(num_envs: int, device: torch.device, max_episode_steps: int | None = None
+                ) -> VecEnv:  # fmt: skip
+    from distrl.envs.pettingzoo_env import mpe_spread
+
+    return mpe_spread(num_envs, device, max_episode_steps)
+
+
 _BUILTINS: dict[str, Task] = {
     t.name: t
     for t in (
@@ -156,6 +183,24 @@ _BUILTINS: dict[str, Task] = {
             "return ~-1400..~-150",
             make_env=Pendulum,
             default_config=TUNED["pendulum"],
+        ),
+        Task(
+            name="connect-four",
+            description="Connect Four by self-play against a league of the learner's past "
+            "versions (discrete 7, illegal moves masked), batched torch; win rates against "
+            "random and a scripted player in the records",
+            make_env=league.make_env,
+            default_config=TUNED["connect-four"],
+            hooks=(league.SelfPlay(),),
+        ),
+        Task(
+            name="mpe-spread",
+            description="MPE's simple_spread through PettingZoo: 3 agents cover 3 landmarks "
+            "(discrete 5 each), every agent a row, one shared policy; needs the multiagent extra",
+            make_env=_mpe_spread,
+            default_config=TUNED["mpe-spread"],
+            preflight=_require_mpe2,
+            hooks=(AgentReturns(),),
         ),
         Task(
             name="cartpole-novel",
@@ -378,6 +423,8 @@ def register_task(
     make_env: Callable[[int, torch.device, int | None], VecEnv] | None = None,
     *,
     gym: Any = None,
+    pettingzoo: Callable[[], Any] | None = None,
+    agent_id: bool = False,
     default_config: TrainConfig | None = None,
     description: str = "",
     max_episode_steps: int | None = None,
@@ -396,7 +443,11 @@ def register_task(
           - a ``gymnasium.vector.VectorEnv`` instance, stepped as it is (``VectorEnvInstance``):
             its ``num_envs``, no other --env.num-envs;
           distrl steps ``num_envs`` copies of the first three in a SyncVectorEnv, or an
-          AsyncVectorEnv with --env.vectorization async.
+          AsyncVectorEnv with --env.vectorization async;
+      pettingzoo: a factory of one PettingZoo ``ParallelEnv``: every agent of ``num_envs``
+          copies is a row, one policy shared by all (``distrl.envs.pettingzoo_env``;
+          ``agent_id`` appends each agent's one-hot index to its observation), each agent's
+          return in the records (``agent/<name>/return``).
     ``default_config`` is the task's starting config (its ``task`` is set to ``name``); without
     one a torch env starts from TrainConfig's defaults and a Gymnasium one from 8 envs x 128
     steps, as for ``gym:<Id>``. ``max_episode_steps`` is the Gymnasium env's time limit.
@@ -413,11 +464,17 @@ def register_task(
         raise ValueError(f"task {name!r} is built in; register yours under another name")
     if name in _USER and not replace:
         raise ValueError(f"task {name!r} is already registered; pass replace=True to replace it")
-    if (make_env is None) == (gym is None):
+    if sum(x is not None for x in (make_env, gym, pettingzoo)) != 1:
         raise ValueError(
             f"register_task({name!r}): give exactly one of make_env= (a batched torch VecEnv "
-            f"factory) or gym= (a Gymnasium env: its id, a factory, an instance or a VectorEnv)"
+            f"factory), gym= (a Gymnasium env: its id, a factory, an instance or a VectorEnv) "
+            f"or pettingzoo= (a factory of a PettingZoo ParallelEnv)"
         )
+    if pettingzoo is not None:
+        if not callable(pettingzoo):
+            raise ValueError(f"register_task({name!r}): pettingzoo= must be a factory of one env")
+        make_env = _pettingzoo(pettingzoo, agent_id)
+        hooks = (*hooks, AgentReturns())
     if make_env is not None and not callable(make_env):
         raise ValueError(f"register_task({name!r}): the env factory {make_env!r} is not callable")
     if default_config is not None and not isinstance(default_config, TrainConfig):

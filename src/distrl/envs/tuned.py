@@ -168,6 +168,41 @@ TUNED: dict[str, ConfigFactory] = {
         clip_vloss=False,
         max_iterations=100,
     ),
+    # self-play against the league (envs/league.py): 256 games, whole games in a rollout of
+    # 32 moves; a wider MLP for the 91 board inputs; no observation normalization (0/1 inputs
+    # and the legal-action mask); 2M learner moves
+    "connect-four": config_factory(
+        "connect-four",
+        num_envs=256,
+        policy=PolicyConfig(
+            obs_normalization=False, actor_hidden=(256, 256), critic_hidden=(256, 256)
+        ),
+        num_steps=32,
+        num_epochs=4,
+        num_minibatches=4,
+        learning_rate=3e-4,
+        lr_schedule="constant",
+        gamma=0.99,
+        ent_coef=0.01,
+        clip_vloss=False,
+        max_iterations=245,
+    ),
+    # MAPPO's simple_spread settings (Yu et al. 2022: lr 7e-4, 5 epochs of 1 minibatch, gamma
+    # 0.99, GAE 0.95), one policy shared by the 3 agents: 32 copies x 3 agents = 96 rows, 100
+    # steps (4 whole 25-step episodes) per iteration, 960k agent steps
+    "mpe-spread": config_factory(
+        "mpe-spread",
+        num_envs=32,
+        num_steps=100,
+        num_epochs=5,
+        num_minibatches=1,
+        learning_rate=7e-4,
+        lr_schedule="constant",
+        gamma=0.99,
+        gae_lambda=0.95,
+        ent_coef=0.01,
+        max_iterations=300,
+    ),
     "acrobot": config_factory(
         "acrobot",
         num_envs=256,

@@ -153,6 +153,8 @@ class ActorCritic(nn.Module):
         self.discrete = action_space.discrete
         self.categorical = action_space.categorical  # discrete or multi_discrete
         self.nvec = action_space.nvec  # multi_discrete: each choice's size (its logits)
+        # the legal-action mask's width at the end of each raw observation row (0: none)
+        self.mask_size = action_space.n if action_space.discrete and action_space.mask_in_obs else 0
         self.encoder = networks.build_encoder(cfg, self.obs_shape)
         normalize = cfg.obs_normalization and self.encoder is None
         self.normalizer = RunningNorm(obs_dim if self.encoder is None else 0, enabled=normalize)
@@ -305,7 +307,7 @@ class ActorCritic(nn.Module):
                 unit, logp = head.sample(out)
                 return head.to_env(unit), logp, value
             return head(out), torch.zeros_like(value), value
-        out = self.actor(x)
+        out = self._masked(self.actor(x), obs)
         value = self._values(self.critic(x), obs)
         if self.discrete:
             actions, logp = D.categorical_sample(out)
@@ -314,6 +316,14 @@ class ActorCritic(nn.Module):
         else:
             actions, logp = D.gaussian_sample(out, self.log_std.expand_as(out), eps)
         return actions, logp, value
+
+    def _masked(self, logits: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """``logits`` with the illegal actions' set far below the rest (a finite value: no
+        NaN in the entropy), where the env puts a legal-action mask in its observations."""
+        if not self.mask_size:
+            return logits
+        legal = obs[..., -self.mask_size :] > 0.5
+        return torch.where(legal, logits, torch.full_like(logits, -1e9))
 
     def env_action(self, actions: torch.Tensor) -> torch.Tensor:
         """What the env receives: continuous actions clipped to the action bounds."""
@@ -327,7 +337,7 @@ class ActorCritic(nn.Module):
         """(action, the actor's output, the memory after this step) for raw observations,
         without side effects (what an exported file computes)."""
         x, new_memory = self._inputs(obs, memory)
-        out = self.actor(x)
+        out = self._masked(self.actor(x), obs)
         if self.nvec:  # multi-discrete: each choice's most likely value
             return D.multi_categorical_mode(out, self.nvec), out, new_memory
         return self.env_action(out.argmax(-1) if self.discrete else out), out, new_memory
@@ -392,7 +402,7 @@ class ActorCritic(nn.Module):
         Recurrent: the rows are time-major sequences [T*n] replayed from ``memory`` [n, ...]
         with ``starts`` [T*n] (``storage.rollout.sequence_minibatches`` forms them)."""
         x, _ = self._inputs(obs, memory, starts if self.core is not None else None)
-        out = self.actor(x)
+        out = self._masked(self.actor(x), obs)
         value = self._values(self.critic(x), obs)
         if self.discrete:
             logp, ent = D.categorical_logprob_entropy(out, actions)

@@ -136,6 +136,9 @@ class Runner(ABC):
     def learn(self) -> dict[str, Any]:
         """Train until done: this rank's role loop (``runner/roles.py``)."""
         self._start = time.perf_counter() - self.wall_offset
+        for h in self.hooks:
+            if hasattr(h, "on_training_start"):  # (hooks that do not subclass Hooks may lack it)
+                h.on_training_start(self)
         return roles.run(self)
 
     @property

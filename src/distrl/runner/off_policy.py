@@ -384,6 +384,11 @@ def check_off_policy_env(cfg: TrainConfig, env: VecEnv) -> None:
     """Refuse an env or head the off-policy algorithm ``cfg.algorithm`` cannot train."""
     check_action_space(cfg.algorithm or "", env)
     check_head(cfg.algorithm or "", cfg.policy.head)
+    if env.action_space.mask_in_obs:
+        raise ValueError(
+            f"--algorithm {cfg.algorithm} does not read a legal-action mask (its targets' max "
+            f"would count illegal actions); train this task with ppo"
+        )
     if cfg.agent.lr_schedule == "adaptive":
         raise ValueError(
             f"--agent.lr-schedule adaptive follows PPO's KL, which --algorithm {cfg.algorithm} "

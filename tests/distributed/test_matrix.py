@@ -250,7 +250,7 @@ def test_a_population_of_multi_rank_members_exploits_under(tmp_path, strategy):
     checkpoint after the first generation and trains on from it."""
     run = tmp_path / "pop"
     cmd = [str(BIN / "distrl"), "train", "cartpole", "--population", "2", *STRATEGIES[strategy]]
-    cmd += ["--pbt.interval", "8192", "--agent.max-iterations", "8", *QUIET]
+    cmd += ["--pbt.interval", "32768", "--agent.max-iterations", "8", *QUIET]  # 4 iterations
     code, out, err, _ = run_cli([*cmd, "--run-dir", str(run)], timeout=280, cwd=tmp_path)
     assert code == 0, out[-3000:] + err[-3000:]
     rows = (run / "pbt.csv").read_text().splitlines()

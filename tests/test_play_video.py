@@ -161,3 +161,41 @@ def test_training_films_an_episode_every_video_interval(tmp_path, capsys):
 def test_video_interval_is_refused_before_start_where_it_could_not_film(tmp_path, capsys):
     code, _, err = run_main(["train", "reach10", "--eval.video-interval", "5"], capsys)
     assert code == 2 and "'reach10' has no renderer" in err and "--eval.video-interval" in err
+
+
+@pytest.mark.slow  # a fresh interpreter: mujoco reads MUJOCO_GL once, at its first import
+def test_training_films_mujoco_headless_with_mujoco_gl_unset(tmp_path):
+    """The check before the run built an env (importing mujoco) before MUJOCO_GL was chosen,
+    so the first video died without a display and took the run with it: now the check picks
+    the backend first and renders a frame, and the run films."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "DISPLAY")}
+    run_dir = tmp_path / "run"
+    args = tiny_train_args(2, num_steps=8, num_epochs=1, num_minibatches=1)
+    cmd = [sys.executable, "-m", "distrl.cli", "train", "halfcheetah", *args]
+    cmd += ["--agent.max-iterations", "1", "--env.max-episode-steps", "5"]
+    cmd += ["--eval.video-interval", "1", "--run-dir", str(run_dir)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    if proc.returncode == 2 and "could not render offscreen" in proc.stderr:
+        pytest.skip(proc.stderr.strip())  # no headless OpenGL here: refused before the run
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (run_dir / "videos" / "iteration_00000001.mp4").is_file(), proc.stdout[-2000:]
+
+
+def test_a_video_that_fails_mid_run_is_said_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
+    from distrl import evaluation, render
+
+    def broken(*args, **kwargs):
+        raise render.RenderUnavailable("the GPU driver went away")
+
+    monkeypatch.setattr(evaluation, "film", broken)
+    run_dir = tmp_path / "run"
+    code, out, err = run_main(
+        ["train", "cartpole", *tiny_train_args(4, num_steps=16, num_epochs=1, num_minibatches=2)]
+        + ["--agent.max-iterations", "2", "--eval.video-interval", "1", "--run-dir", str(run_dir)],
+        capsys,
+    )
+    assert code == 0, out + err
+    assert "video: iteration 1 not filmed (RenderUnavailable: the GPU driver went away)" in out
+    assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2]

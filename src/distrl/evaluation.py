@@ -471,15 +471,20 @@ class TrainingEvaluation(Hooks):
             return
         path = runner.run_dir / "videos" / f"iteration_{it:08d}.mp4"
         device = next(runner.policy.parameters()).device
-        with rng_untouched(), eval_mode(runner.policy):
-            n, fps, ret = film(
-                runner.cfg.task,
-                runner.cfg.env.max_episode_steps,
-                device,
-                lambda env: runner.policy,
-                path,
-                runner.cfg.eval.seed,
-            )
+        try:
+            with rng_untouched(), eval_mode(runner.policy):
+                n, fps, ret = film(
+                    runner.cfg.task,
+                    runner.cfg.env.max_episode_steps,
+                    device,
+                    lambda env: runner.policy,
+                    path,
+                    runner.cfg.eval.seed,
+                )
+        except Exception as e:  # a video is never worth the run: say so, train on
+            runner.message(f"video: iteration {it} not filmed ({type(e).__name__}: {e}); "
+                           f"training goes on")  # fmt: skip
+            return
         record["eval/video"], record["eval/video_return"] = str(path), ret
         runner.message(
             f"video: iteration {it}, {n} frames at {fps:g} fps, return {ret:.2f}: {path}"

@@ -213,22 +213,34 @@ def _no_renderer(task: str) -> str:
 
 def check_filmable(task: str) -> None:
     """Refuse ``--eval.video-interval`` before a run starts when it could not film: no video
-    extra, or a task without a renderer (one env of it is built and closed to tell)."""
+    extra, a task without a renderer, or a renderer that does not start here. One env of the
+    task is built and one frame rendered, as ``play --video`` would, after ``headless_gl``
+    (before anything imports mujoco: it reads ``MUJOCO_GL`` once)."""
     import importlib.util
 
-    from distrl.envs.registry import GYM_PREFIX, get_task
+    from distrl.envs.registry import GYM_PREFIX
 
     if importlib.util.find_spec("imageio_ffmpeg") is None:
         raise ValueError(f"--eval.video-interval writes mp4 files: {INSTALL_VIDEO}")
     if task.startswith(GYM_PREFIX):
         return  # Gymnasium says at the first video whether its env renders rgb_array
-    env = get_task(task).make_env(1, torch.device("cpu"), None)
+    headless_gl()
     try:
-        drawn = hasattr(env, "render_rgb") or _is_mujoco(env)
+        env, frames = make_video_env(task, None, torch.device("cpu"))
+    except ValueError as e:
+        raise ValueError(str(e).replace("--video", "--eval.video-interval")) from None
+    except RenderUnavailable as e:
+        raise ValueError(f"--eval.video-interval: {e}") from None
+    try:
+        env.reset(seed=0)
+        frames.render()
+    except RenderUnavailable as e:
+        raise ValueError(f"--eval.video-interval: {e}") from None
     finally:
+        close = getattr(frames, "close", None)
+        if close is not None:
+            close()
         env.close()
-    if not drawn:
-        raise ValueError(_no_renderer(task).replace("--video", "--eval.video-interval"))
 
 
 class Mp4Writer:

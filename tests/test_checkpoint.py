@@ -743,3 +743,42 @@ def test_stale_temporaries_of_every_saved_file_are_swept_but_never_a_live_writer
         live.kill()
         live.wait()
     assert {p.name for p in remove_stale_temporaries(tmp_path)} == {p.name for p in alive}
+
+
+def _saved_pair(tmp_path):
+    import torch as _t
+
+    from distrl import checkpoint_store as store
+
+    for it in (1, 2):
+        store.save_checkpoint(tmp_path, it, {"w": _t.ones(2) * it}, {"world_size": 1})
+    return store, store.manifest_path(store.checkpoint_path(tmp_path, 2))
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda m: m.pop("manifest_sha256"), "lacks manifest_sha256"),
+    (lambda m: m.update(iteration="2"), "wrong type: iteration (str, not int)"),
+    (lambda m: m.update(size=[1]), "size (list, not int)"),
+    (lambda m: m.update(world_size=True), "world_size (bool, not int)"),
+])  # fmt: skip
+def test_a_manifest_edited_out_of_shape_falls_back_to_the_previous_checkpoint(
+    tmp_path, edit, reason
+):
+    """A manifest whose fields had the wrong types crashed --resume auto (TypeError), and one
+    without its digest switched the integrity check off."""
+    import json as _json
+
+    store, mpath = _saved_pair(tmp_path)
+    manifest = _json.loads(mpath.read_text())
+    edit(manifest)
+    mpath.write_text(_json.dumps(manifest))
+    found, skipped = store.find_latest_valid(tmp_path)
+    assert found == store.checkpoint_path(tmp_path, 1)
+    assert len(skipped) == 1 and reason in skipped[0][1], skipped
+
+
+def test_a_manifest_nested_past_the_parser_falls_back(tmp_path):
+    store, mpath = _saved_pair(tmp_path)
+    mpath.write_text('{"config": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    found, skipped = store.find_latest_valid(tmp_path)
+    assert found == store.checkpoint_path(tmp_path, 1) and "unreadable manifest" in skipped[0][1]

@@ -61,6 +61,13 @@ _TMP_PREFIX = ".tmp-"
 _TMP_RE = re.compile(r"^\.tmp-(?P<name>[^/]+\.(pt|json))\.(?P<pid>\d+)\.[0-9a-f]+$")
 # Keys this module owns in the manifest; runner metadata may not shadow them.
 _MANIFEST_KEYS = ("file", "sha256", "size", "schema_version", "iteration")
+_MANIFEST_TYPES: dict[str, type] = {
+    "file": str, "sha256": str, "size": int, "schema_version": int, "iteration": int,
+    "manifest_sha256": str, "world_size": int, "config_hash": str, "config": dict,
+    "env_steps": int, "task": str,
+}  # fmt: skip
+"""The type of each manifest field that has one: another type is a corrupt manifest (it was a
+TypeError inside ``--resume auto`` instead of a fallback to the previous checkpoint)."""
 DIGEST_KEY = "manifest_sha256"
 """The manifest's own digest: sha256 over every other key of it (``manifest_digest``), so the
 config, task and world size it carries are covered like the data file is by ``sha256``."""
@@ -395,9 +402,10 @@ def manifest_digest(manifest: dict) -> str:
 
 
 def read_manifest(path: Path) -> dict:
-    """Parse and check the manifest of checkpoint ``path``: its keys, schema version and
-    iteration, its own digest (``DIGEST_KEY``; manifests written before it existed have none),
-    and that the task it names imports no module (``registry.check_task_from_file``)."""
+    """Parse and check the manifest of checkpoint ``path``: its keys and their types, schema
+    version and iteration, its own digest (``DIGEST_KEY``, required: a manifest without it
+    would switch the check off), and that the task it names imports no module
+    (``registry.check_task_from_file``)."""
     path = Path(path)
     mpath = manifest_path(path)
     if not mpath.is_file():
@@ -408,13 +416,21 @@ def read_manifest(path: Path) -> dict:
         )
     try:
         manifest = json.loads(mpath.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(path, f"unreadable manifest {mpath.name}: {e}") from e
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise CheckpointError(path, f"unreadable manifest {mpath.name}: {e}") from None
     if not isinstance(manifest, dict):
         raise CheckpointError(path, f"manifest {mpath.name} is not a JSON object")
-    missing = [k for k in _MANIFEST_KEYS if k not in manifest]
+    missing = [k for k in (*_MANIFEST_KEYS, DIGEST_KEY) if k not in manifest]
     if missing:
         raise CheckpointError(path, f"manifest {mpath.name} lacks {', '.join(missing)}")
+    wrong = [
+        f"{k} ({type(manifest[k]).__name__}, not {kind.__name__})"
+        for k, kind in _MANIFEST_TYPES.items()
+        if k in manifest and not (isinstance(manifest[k], kind) and type(manifest[k]) is not bool)
+    ]
+    if wrong:
+        raise CheckpointError(path, f"manifest {mpath.name} has fields of the wrong type: "
+                                    f"{', '.join(wrong)}")  # fmt: skip
     version = manifest["schema_version"]
     if version not in KNOWN_SCHEMA_VERSIONS:
         raise CheckpointError(
@@ -427,7 +443,7 @@ def read_manifest(path: Path) -> dict:
         raise CheckpointError(
             path, f"manifest {mpath.name} says iteration {manifest['iteration']}, name says {named}"
         )
-    if DIGEST_KEY in manifest and manifest[DIGEST_KEY] != manifest_digest(manifest):
+    if manifest[DIGEST_KEY] != manifest_digest(manifest):
         raise CheckpointError(
             path,
             f"manifest {mpath.name} was modified after it was written: its {DIGEST_KEY} does "

@@ -19,6 +19,7 @@ from distrl.config import TrainConfig
 from distrl.envs.registry import get_task
 from distrl.evaluation import evaluate, evaluate_suite, film, suite_table, task_env
 from distrl.rundir import load, make_policy
+from distrl.safe_files import replace_text
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def write_json(
         return
     doc = {"task": cfg.task, "checkpoint": str(path), "iteration": manifest["iteration"]}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc | figures, indent=1) + "\n")
+    replace_text(out, json.dumps(doc | figures, indent=1) + "\n")  # a link there: replaced
 
 
 def record(args: PlayArgs, video: str) -> torch.Tensor:

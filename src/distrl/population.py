@@ -44,6 +44,7 @@ import yaml
 from distrl import checkpoint_store as store
 from distrl import pbt
 from distrl.config import TrainConfig, to_dict
+from distrl.safe_files import replace_text, safe_open
 from distrl.sweep import DEFAULT_SPACES, Param, read_space, search_space, trial_value, with_values
 
 
@@ -225,7 +226,7 @@ def write_config(cfg: TrainConfig) -> Path:
     run_dir = Path(cfg.run_dir or ".")
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "pbt_config.yaml"
-    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    replace_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
     return path
 
 
@@ -237,7 +238,7 @@ def start_member(config: Path, imports: Sequence[str]) -> subprocess.Popen:
     for module in imports:
         argv += ["--import", module]
     argv += ["--config", str(config), "--run-dir", str(config.parent), "--resume", "auto"]
-    with (config.parent / "log.txt").open("ab") as log:
+    with safe_open(config.parent / "log.txt", "ab") as log:
         return subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
@@ -323,6 +324,7 @@ def copy_checkpoint(donor: Path, member: Path) -> Path:
             store.manifest_path(older).unlink(missing_ok=True)
     for src in (path, store.manifest_path(path)):
         tmp = target / f".{src.name}.pbt-copy"
+        tmp.unlink(missing_ok=True)  # a link left there is removed, not written through
         shutil.copyfile(src, tmp)
         os.replace(tmp, target / src.name)
     return target / path.name
@@ -389,7 +391,7 @@ class Controller:
             for k in range(1, self.args.population)
         ]
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        settings_path.write_text(yaml.safe_dump(self.settings, sort_keys=False), encoding="utf-8")
+        replace_text(settings_path, yaml.safe_dump(self.settings, sort_keys=False))
         pop = Population(0, members, rng.getstate())
         self.save(pop)
         return pop
@@ -421,9 +423,7 @@ class Controller:
             "scores": pop.scores,
             "elapsed": pop.elapsed,
         }
-        tmp = self.run_dir / ".population.json.tmp"
-        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        os.replace(tmp, self.run_dir / "population.json")
+        replace_text(self.run_dir / "population.json", json.dumps(data, indent=1))
 
     def member_dir(self, k: int) -> Path:
         return self.run_dir / f"member_{k}"
@@ -559,7 +559,7 @@ class Controller:
         names = [p.name for p in self.space]
         path = self.run_dir / "pbt.csv"
         new = not path.exists()
-        with path.open("a", newline="", encoding="utf-8") as f:
+        with safe_open(path, "a", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
             if new:
                 w.writerow(["generation", "env_steps", "wall_s", "member", "started_from",

@@ -30,9 +30,14 @@ def train_one(config: Path) -> int:
 
     from distrl import interrupts, session
     from distrl.args import load_config_file
+    from distrl.safe_files import safe_open
 
     run_dir = config.parent
-    with (run_dir / "log.txt").open("ab") as log:
+    try:
+        log = safe_open(run_dir / "log.txt", "ab")  # never through a link
+    except OSError:
+        return 1
+    with log:
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(log.fileno(), 1)

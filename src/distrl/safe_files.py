@@ -55,3 +55,15 @@ def safe_open(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -> I
     except BaseException:
         os.close(fd)
         raise
+
+
+def replace_text(path: str | os.PathLike[str], text: str) -> None:
+    """``text`` as the file ``path``, written to a temporary beside it and renamed over it: a
+    symbolic link at ``path`` is replaced, never followed (nor is one at the temporary's name,
+    ``open_fd``)."""
+    path = os.fspath(path)
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
+    with safe_open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)

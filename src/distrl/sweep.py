@@ -38,6 +38,7 @@ import yaml
 from distrl.config import TrainConfig, to_dict, validate
 from distrl.install import pip_install
 from distrl.runner.hooks import Hooks
+from distrl.safe_files import replace_text, safe_open
 
 if TYPE_CHECKING:
     import optuna
@@ -345,7 +346,7 @@ def _train_launched(cfg: TrainConfig, watch: PruningHooks) -> str | None:
 
     run_dir = Path(cfg.run_dir or ".")
     config = run_dir / "config.yaml"
-    config.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    replace_text(config, yaml.safe_dump(to_dict(cfg), sort_keys=False))
     argv = [sys.executable, "-m", "distrl.cli", "train", "--config", str(config)]
     proc = subprocess.Popen([*argv, "--run-dir", str(run_dir)])
     try:
@@ -463,7 +464,7 @@ def run_sweep(
         pruner = optuna.pruners.MedianPruner(n_warmup_steps=warmup) if median else None
         pruner = pruner or optuna.pruners.NopPruner()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / "sweep.yaml").write_text(yaml.safe_dump(s, sort_keys=False), encoding="utf-8")
+    replace_text(sweep_dir / "sweep.yaml", yaml.safe_dump(s, sort_keys=False))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         storage=f"sqlite:///{(sweep_dir / 'study.db').resolve()}",
@@ -514,7 +515,7 @@ def write_csv(study: Any, path: Path) -> None:
     """One row per trial: number, state, value, run directory, then each searched field."""
     trials = study.get_trials(deepcopy=False)
     names = list(dict.fromkeys(n for t in trials for n in t.params))
-    with path.open("w", newline="", encoding="utf-8") as f:
+    with safe_open(path, "w", newline="", encoding="utf-8") as f:  # never through a link
         w = csv.writer(f)
         w.writerow(["trial", "state", "value", "run_dir", *names])
         for t in trials:

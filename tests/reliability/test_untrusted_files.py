@@ -270,3 +270,32 @@ def test_export_metadata_that_is_a_link_is_refused_its_target_untouched(
         export_policy(cartpole_checkpoint, "torchscript", out, check=False)
     assert str(sidecar(out)) in str(err.value)
     assert target.read_text() == "precious\n"
+
+
+def test_sweep_and_population_files_that_are_links_are_never_written_through(tmp_path):
+    """sweep.csv, sweep.yaml, a trial's config.yaml, play's --out, a population's state and
+    settings, a member's config and its log: each was written in place, through a link there
+    (to its target, outside the run directory)."""
+    from distrl import population, sweep
+    from distrl.safe_files import replace_text
+
+    class Study:
+        def get_trials(self, deepcopy=False):
+            return []
+
+    csv_link = tmp_path / "sweep" / "sweep.csv"
+    target = _link(tmp_path, csv_link)
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        sweep.write_csv(Study(), csv_link)
+    assert target.read_text() == "precious\n"
+    for name in ("sweep.yaml", "population.json", "pbt_config.yaml", "play.json"):
+        link = tmp_path / "run" / name
+        target = _link(tmp_path, link)
+        replace_text(link, "new\n")  # how each is written: the link is replaced
+        assert target.read_text() == "precious\n" and link.read_text() == "new\n"
+        assert not link.is_symlink()
+    log = tmp_path / "member_0" / "log.txt"
+    target = _link(tmp_path, log)
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        population.start_member(tmp_path / "member_0" / "pbt_config.yaml", [])
+    assert target.read_text() == "precious\n"

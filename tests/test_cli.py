@@ -207,3 +207,14 @@ def test_play_and_export_load_a_run_of_a_task_that_import_registers(capsys, tmp_
     )
     assert exported.returncode == 0, exported.stdout + exported.stderr
     assert (tmp_path / "policy.pt").is_file()
+
+
+def test_python_dash_m_distrl_is_the_distrl_command():
+    import subprocess
+    import sys
+
+    import distrl
+
+    proc = subprocess.run([sys.executable, "-m", "distrl", "--version"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == f"distrl {distrl.__version__}"

@@ -19,6 +19,9 @@ The public API (``import distrl``):
     EvalCallback(every=10, episodes=10, target=None) evaluates as it trains, may stop at target
     register_network(name, actor=..., critic=...) your own actor and critic bodies
     check_env(env)                              test a VecEnv against the contract
+    PPO("MlpPolicy", env, **sb3_kwargs)         Stable-Baselines3's shape: .learn(steps),
+                                                .predict(obs), .save(path), PPO.load(path);
+                                                DQN, SAC, TD3 alike
 
 Names are imported on first use, so ``import distrl`` (and the CLI) stays quick.
 """
@@ -53,9 +56,17 @@ _EXPORTS = {
     "VecEnv": "distrl.envs.core",
     "ActionSpace": "distrl.envs.core",
     "ActorCritic": "distrl.policy.actor_critic",
+    "PPO": "distrl.sb3",
+    "DQN": "distrl.sb3",
+    "SAC": "distrl.sb3",
+    "TD3": "distrl.sb3",
 }
 
 __all__ = [
+    "DQN",
+    "PPO",
+    "SAC",
+    "TD3",
     "ActionSpace",
     "ActorCritic",
     "AverageResult",
@@ -103,6 +114,7 @@ if TYPE_CHECKING:
     from distrl.hooks import Hooks
     from distrl.policy.actor_critic import ActorCritic
     from distrl.policy.networks import register_network
+    from distrl.sb3 import DQN, PPO, SAC, TD3
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,10 @@ Observations (``ObsSpec``), each one flat row per env:
                       values as their raw bytes; ``--policy.network multi-input`` reads them
                       (SB3's MultiInputPolicy). Without an image: the keys' float32 values side
                       by side, a plain vector row. Vector keys: Box, Discrete and MultiDiscrete
-                      (one-hot, as SB3 preprocesses them), MultiBinary
+                      (one-hot, as SB3 preprocesses them), MultiBinary. An ``action_mask``
+                      key (SB3-contrib's MaskablePPO convention: a 0/1 entry per Discrete
+                      action) goes last in a vector row and masks the policy
+                      (``ActionSpace.mask_in_obs``); beside images it is refused
 Actions: Discrete; MultiDiscrete (1-D ``nvec``) and MultiBinary as ``multi_discrete``; 1-D Box.
 """
 
@@ -101,6 +104,23 @@ def _native_resets_same_step(env_id: str) -> bool:
 
 
 # ---- actions -------------------------------------------------------------------------------
+MASK_KEY = "action_mask"
+"""The Dict observation key of a legal-action mask (one 0/1 entry per discrete action)."""
+
+
+def with_mask(env_id: str, action: ActionSpace, width: int) -> ActionSpace:
+    """``action`` reading a legal-action mask of ``width`` entries at the end of each row."""
+    if not width:
+        return action
+    if not action.discrete or action.n != width:
+        raise ValueError(
+            f"gym:{env_id}: its {MASK_KEY!r} has {width} entries; a mask needs Discrete actions "
+            f"of as many choices (the action space is {action.kind}"
+            f"{f' of {action.n}' if action.discrete else ''})"
+        )
+    return dataclasses.replace(action, mask_in_obs=True)
+
+
 def _action_space(env_id: str, space: spaces.Space) -> ActionSpace:
     if isinstance(space, spaces.Discrete):
         return ActionSpace("discrete", n=int(space.n))
@@ -187,6 +207,9 @@ class ObsSpec:
 
     def __init__(self, env_id: str, space: spaces.Space):
         self.env_id, self.space = env_id, space
+        self.mask_width = 0
+        """Entries of the legal-action mask at the end of each row (a Dict's ``action_mask``,
+        SB3-contrib's MaskablePPO convention); 0: none."""
         self.obs_dtype = torch.float32
         self.kind = "vector"
         if isinstance(space, spaces.Dict):
@@ -198,12 +221,25 @@ class ObsSpec:
                     parts.append((str(key), "vector", (_vector_width(env_id, key, sub),)))
             if not parts:
                 raise ValueError(f"gym:{env_id} has an empty Dict observation space")
+            self.mask_width = 0
+            if MASK_KEY in space.spaces:  # the legal-action mask last (ActionSpace.mask_in_obs)
+                parts = [p for p in parts if p[0] != MASK_KEY] + [
+                    p for p in parts if p[0] == MASK_KEY
+                ]
+                self.mask_width = parts[-1][2][0]
             if any(kind == "image" for _, kind, _ in parts):
+                if self.mask_width:
+                    raise ValueError(
+                        f"gym:{env_id}: an {MASK_KEY!r} beside image keys is not read yet (the "
+                        f"mask must be float values at the end of a vector row); an env of "
+                        f"vector keys and {MASK_KEY!r} is"
+                    )
                 self.kind, self.obs_dtype = "dict", torch.uint8
                 self.layout = ObsLayout.of(parts)
                 self.obs_shape: tuple[int, ...] = self.layout
             else:  # vectors only: one float32 row, the keys side by side
                 self.kind = "dict-vector"
+                self.keys = [key for key, _, _ in parts]
                 self.obs_shape = (sum(shape[0] for _, _, shape in parts),)
         elif is_image(space):
             self.kind, self.obs_dtype = "image", torch.uint8
@@ -242,7 +278,7 @@ class ObsSpec:
             return self._image(obs, n, self.channels_last)
         subs = self.space.spaces  # type: ignore[attr-defined]
         if self.kind == "dict-vector":
-            return np.concatenate([_vector_values(subs[k], obs[k], n) for k in subs], axis=1)
+            return np.concatenate([_vector_values(subs[k], obs[k], n) for k in self.keys], axis=1)
         out = np.zeros((n, self.obs_dim), dtype=np.uint8)
         for f in self.layout.fields:
             sub = subs[f.key]
@@ -427,6 +463,7 @@ class GymVecEnv(VecEnv):
         try:
             self.obs_spec = ObsSpec(env_id, vector_env.single_observation_space)
             self.action_space = _action_space(env_id, vector_env.single_action_space)
+            self.action_space = with_mask(env_id, self.action_space, self.obs_spec.mask_width)
         except ValueError:
             self.close()
             raise

@@ -31,6 +31,11 @@ def test_site_builds_strict(tmp_path):
     api = (site / "api" / "index.html").read_text(encoding="utf-8")
     for name in ("distrl.train", "distrl.make_config", "distrl.TrainConfig", "distrl.VecEnv"):
         assert f'id="{name}"' in api, f"the API page has no entry for {name}"
+    # a <placeholder> or * outside a code span is eaten as HTML or emphasis (it was: "default
+    # runs//.", "a ckpt_.pt", "iteration_.mp4")
+    for eaten in ("runs//", "ckpt_.pt", "iteration_.mp4", "gym:,"):
+        assert eaten not in api, f"the API page lost text around {eaten!r}"
+    assert "runs/&lt;task&gt;/&lt;timestamp&gt;" in api
     home = (site / "index.html").read_text(encoding="utf-8")
     assert "Quickstart" in home, "the home page does not show README.md"
     assert 'href="docs/' not in home, "the home page keeps README.md's links from the root"

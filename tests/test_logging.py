@@ -52,3 +52,12 @@ def test_a_handler_of_your_own_routes_it(tmp_path, capsys, fresh_logger):
     distrl.train("cartpole", run_dir=str(tmp_path / "c"), progress=False, **SMALL)
     assert any(m.startswith("distrl: task cartpole") for m in got), got
     assert "distrl: task" not in capsys.readouterr().out  # distrl added no handler of its own
+
+
+def test_the_summary_says_why_there_is_no_final_return(tmp_path, capsys):
+    from tests.helpers import run_main, tiny_train_args
+
+    argv = ["train", "cartpole", *tiny_train_args(2, num_steps=4), "--agent.max-iterations", "1"]
+    code, out, err = run_main([*argv, "--run-dir", str(tmp_path / "run")], capsys)
+    assert code == 0, out + err
+    assert "n/a: no episode ended" in out  # 4 steps: no cartpole episode is that short

@@ -217,3 +217,21 @@ def test_a_run_stopped_at_and_resumed_equals_one_with_its_linear_schedule(tmp_pa
     assert [r["lr"] for r in read_metrics(run_dir)] == [
         r["lr"] for r in read_metrics(tmp_path / "full")
     ]
+
+
+@pytest.mark.timeout(60)
+def test_resume_of_a_path_continues_in_that_run_directory(tmp_path, capsys, monkeypatch):
+    """`--config RUN/config.yaml --resume RUN` (no --run-dir) went on in a new runs/... dir,
+    splitting the curves; it continues in RUN, as --resume auto --run-dir RUN does."""
+    from tests.helpers import run_main
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "first"
+    train(run_dir, "--agent.max-iterations", "2")
+    argv = ["train", "--config", str(run_dir / "config.yaml"), "--resume", str(run_dir)]
+    code, out, err = run_main([*argv, "--agent.max-iterations", "4"], capsys)
+    assert code == 0, out + err
+    assert [r["iteration"] for r in read_metrics(run_dir)] == [1, 2, 3, 4]
+    assert not (tmp_path / "runs").exists()
+    ckpt_file = ckpt.list_checkpoints(run_dir / "checkpoints")[0]
+    assert parse_train_args(["cartpole", "--resume", str(ckpt_file)]).run_dir == str(run_dir)

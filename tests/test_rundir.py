@@ -70,3 +70,16 @@ def test_a_second_run_on_a_live_runs_directory_is_refused_and_a_killed_run_frees
         live.wait()
     assert (run / LOCK_FILE).exists()
     check_unlocked(run)  # the kernel dropped the killed run's lock
+
+
+def test_a_run_that_ends_leaves_no_lock_file_and_a_new_holder_takes_a_new_one(tmp_path):
+    """RUN/.lock stayed after a clean exit though the docs say it is held while a run trains."""
+    lock = RunLock(tmp_path)
+    assert (tmp_path / LOCK_FILE).exists()
+    with pytest.raises(ValueError, match="in use by a live run"):
+        RunLock(tmp_path)
+    lock.release()
+    assert not (tmp_path / LOCK_FILE).exists()
+    again = RunLock(tmp_path)  # a fresh file and lock
+    assert (tmp_path / LOCK_FILE).exists()
+    again.release()

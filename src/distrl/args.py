@@ -231,7 +231,30 @@ def take_imports(argv: list[str]) -> list[str]:
     return rest
 
 
+def resumed_run_dir(resume: str | None) -> Path | None:
+    """The run directory that holds ``--resume PATH`` (a run directory, its ``checkpoints/``, or
+    a ``ckpt_*.pt`` in it); None for ``auto``, no resume, or a path in no run directory."""
+    if resume in (None, "auto"):
+        return None
+    path = Path(str(resume)).expanduser()
+    if path.is_file():
+        path = path.parent
+    if path.name == "checkpoints":
+        path = path.parent
+    return path if (path / "checkpoints").is_dir() else None
+
+
 def parse_train_args(argv: list[str]) -> TrainConfig:
+    """``_parse_train_args``; a ``--resume PATH`` without ``--run-dir`` continues in the run
+    directory that holds PATH (its curves, its checkpoints), as ``--resume auto`` does, rather
+    than in a new one."""
+    cfg = _parse_train_args(argv)
+    if cfg.run_dir is None and (run := resumed_run_dir(cfg.resume)) is not None:
+        cfg = dataclasses.replace(cfg, run_dir=str(run))
+    return cfg
+
+
+def _parse_train_args(argv: list[str]) -> TrainConfig:
     """Task first, then tyro overrides on the task's defaults. Raises ValueError on bad input.
     ``--config PATH`` (a run's config.yaml) replaces the task's defaults by that run's config;
     the task may then be left out. ``--import MODULE`` (repeatable) imports MODULE first, for

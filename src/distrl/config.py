@@ -27,7 +27,7 @@ class EnvConfig:
     check_finite: bool = True
     """Stop with an error naming env, step and field when an observation or reward is NaN/Inf."""
     vectorization: Literal["sync", "async"] = "sync"
-    """How a Gymnasium task (gym:<Id>, register_task(gym=...)) steps its envs: sync, one after
+    """How a Gymnasium task (`gym:<Id>`, `register_task(gym=...)`) steps its envs: sync, one after
     another in this process (Gymnasium's own batched implementation where the env has one that
     resets in the same step); async, one subprocess per env (Gymnasium's AsyncVectorEnv), for
     slow Python envs. Same seed, same episodes either way. Batched torch tasks take sync only."""
@@ -292,7 +292,7 @@ class EvalConfig:
     e.g. 500 (Meta-World's)."""
     video_interval: int = 0
     """Film one deterministic episode (env seed --eval.seed) every this many iterations and
-    after the last, on the main rank, to RUN/videos/iteration_<k>.mp4 (0: never; needs the
+    after the last, on the main rank, to `RUN/videos/iteration_<k>.mp4` (0: never; needs the
     video extra and a task that renders, as distrl play --video)."""
 
 
@@ -400,13 +400,14 @@ class TrainConfig:
     threads: int | None = None
     """Intra-op threads per process; default cores / local world size."""
     run_dir: str | None = None
-    """Output directory; default runs/<task>/<timestamp>."""
+    """Output directory; default `runs/<task>/<timestamp>`."""
     resume: str | None = None
     """Checkpoint path, run directory, or 'auto' (newest valid checkpoint in --run-dir)."""
     init_from: str | None = None
     """Start from this checkpoint's policy (weights and observation normalizer): a run
-    directory (its newest valid checkpoint), a ckpt_*.pt or a best.pt; fresh optimizer, iteration
-    0. Same task and --policy.* as that run. A checkpoint found by --resume auto wins."""
+    directory (its newest valid checkpoint), a `ckpt_*.pt` or a `best.pt`; fresh optimizer,
+    iteration 0. Same task and --policy.* as that run. A checkpoint found by --resume auto
+    wins."""
     init_normalizer: Literal["frozen", "updated"] = "frozen"
     """With --init-from: keep that policy's observation statistics as they are (its weights
     were fitted to them; a policy cloned from a few hundred demonstration steps loses most of its

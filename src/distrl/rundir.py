@@ -11,6 +11,7 @@ run in the same directory.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -144,25 +145,37 @@ class RunLock:
         path = Path(run_dir).expanduser()
         path.mkdir(parents=True, exist_ok=True)
         self.path = path / LOCK_FILE
-        # never through a link: one would have its target truncated below (safe_files)
-        fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
+        while True:
+            # never through a link: one would have its target truncated below (safe_files)
+            fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                raise ValueError(
+                    f"run dir {run_dir} is in use by a live run ({holder}); wait for it to "
+                    f"finish, stop it, or choose another --run-dir"
+                ) from None
+            try:  # the file a finishing holder removed is no lock: take the new one
+                same = os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
             os.close(fd)
-            raise ValueError(
-                f"run dir {run_dir} is in use by a live run ({holder}); wait for it to finish, "
-                f"stop it, or choose another --run-dir"
-            ) from None
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {stamp}\n".encode(), 0)
         self.fd: int | None = fd
 
     def release(self) -> None:
+        """Remove ``RUN/.lock`` while holding it, then drop the lock (closing the descriptor);
+        a run that takes the lock meanwhile sees the file gone and takes a new one."""
         if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor drops the lock
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            os.close(self.fd)
             self.fd = None
 
 

@@ -557,7 +557,8 @@ class _ActiveTelemetry(Telemetry):
         table.add_row("wall time", _fmt_duration(wall))
         table.add_row("mean SPS", _fmt_int(sps))
         ret = rec.get("episode_return_mean")
-        table.add_row("final return", _fmt_return(self._last_return if ret is None else ret))
+        ret = self._last_return if ret is None else ret
+        table.add_row("final return", "n/a: no episode ended" if ret is None else _fmt_return(ret))
         if rec.get("stopped"):
             table.add_row("stopped", str(rec["stopped"]))
         table.add_row("run dir", str(self.run_dir))

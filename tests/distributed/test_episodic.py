@@ -235,7 +235,7 @@ def test_cli_trains_reach10_on_two_ranks(tmp_path: Path) -> None:
     assert {"task/reach-east/success", "task/reach-west/episodes"} <= set(first)
     assert first["episodes"] == 16
     files = sorted(p.name for p in run.iterdir())
-    assert files == [".lock", "checkpoints", "config.yaml", "metrics.jsonl"]  # .lock: RunLock
+    assert files == ["checkpoints", "config.yaml", "metrics.jsonl"]  # RunLock removed .lock
 
 
 @pytest.mark.parametrize("weight", ["steps", "equal"])

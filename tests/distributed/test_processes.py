@@ -26,8 +26,7 @@ SMALL = tiny_train_args(NUM_ENVS, NUM_STEPS)
 def check_one_run_dir(cwd: Path, run_dir: Path, out: str) -> None:
     """Exactly what rank 0 writes, once; rank 1 wrote nothing anywhere."""
     assert sorted(p.name for p in cwd.iterdir()) == [run_dir.name], list(cwd.iterdir())
-    assert sorted(p.name for p in run_dir.iterdir()) == [
-        ".lock",  # rundir.RunLock: the run held it while it trained
+    assert sorted(p.name for p in run_dir.iterdir()) == [  # no .lock: released with the run
         "checkpoints",
         "config.yaml",
         "metrics.jsonl",

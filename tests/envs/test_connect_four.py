@@ -229,3 +229,12 @@ def test_self_play_trains_rates_and_resumes_bit_for_bit(tmp_path):
     again = [{k: v for k, v in r.items() if not k.startswith(strip)}
              for r in read_metrics(tmp_path / "parts")]  # fmt: skip
     assert again == same
+
+
+def test_the_q_learners_refuse_a_masked_task_before_it_starts(tmp_path, capsys):
+    from tests.helpers import run_main
+
+    code, _, err = run_main(["train", "connect-four", "--algorithm", "pqn", "--run-dir",
+                             str(tmp_path / "run")], capsys)  # fmt: skip
+    assert code == 2 and "does not read a legal-action mask" in err
+    assert not (tmp_path / "run").exists()

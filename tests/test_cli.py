@@ -37,6 +37,18 @@ def test_list_console_script_prints_builtin_tasks():
     assert "pip install -c constraints.txt -e '.[<extra>]'" in proc.stdout, proc.stdout
 
 
+def test_list_is_one_line_a_task_at_80_columns(capsys, monkeypatch):
+    from distrl.envs.registry import list_tasks
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_main(["list"], capsys)
+    names = [t.name for t in list_tasks()]
+    rows = [line for line in out.splitlines() if line.split(" ", 1)[0] in names]
+    assert code == 0 and len(rows) == len(names) and all(len(r) <= 80 for r in rows)
+    code, out, _ = run_main(["list", "--long"], capsys)
+    assert code == 0 and all(t.description in out for t in list_tasks())
+
+
 def test_usage(capsys):
     code, out, _ = run_main([], capsys)
     assert code == 2 and "usage: distrl <command>" in out

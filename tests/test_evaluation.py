@@ -114,6 +114,9 @@ def test_best_pt_is_the_best_eval_and_outside_resume_and_pruning(tmp_path, capsy
 
     code, out, _ = run_main(["play", str(best), "--episodes", "2"], capsys)
     assert code == 0 and f"iteration {top['iteration']}" in out
+    assert "the run keeps best.pt" not in out  # it is the file played
+    code, out, _ = run_main(["play", str(run), "--episodes", "2"], capsys)  # the newest
+    assert code == 0 and f"the run keeps best.pt (iteration {top['iteration']}" in out
     code, _, err = run_main(["train", "cartpole", "--resume", str(best), *EVAL_ARGS], capsys)
     assert code == 2 and "holds only a policy" in err
 

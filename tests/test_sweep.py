@@ -50,6 +50,7 @@ def test_a_sweep_writes_trial_runs_csv_storage_and_resumes(capsys, tmp_path, mon
     assert "agent.learning_rate" in table[0] and float(table[0]["value"]) > 0
     best = max(table, key=lambda r: float(r["value"]))
     assert f"best: trial {best['trial']}" in out
+    assert "a trial's value: the mean of episode_return_mean over a trial's last 5 records" in out
     config = sweep_dir.relative_to(tmp_path) / f"trial_{best['trial']}" / "config.yaml"
     assert f"distrl train --config {config}" in out
 

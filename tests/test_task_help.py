@@ -98,3 +98,15 @@ def test_help_text_is_reflowed_to_the_terminal_not_the_source_lines(capsys, monk
             block.append(text)
         assert len(block) >= 2, block
         assert all(len(t) > 60 for t in block[:-1]), block
+
+
+def test_the_network_flag_names_every_built_in_network():
+    """--policy.network's help (its field's docstring, which tyro prints) lists the names."""
+    import inspect
+
+    from distrl.config import PolicyConfig
+    from distrl.policy.networks import network_names
+
+    source = inspect.getsource(PolicyConfig)
+    doc = source[source.index("network: str") :].split('"""')[1]
+    assert all(name in doc for name in network_names()), doc

@@ -56,7 +56,7 @@ commands:
                               each trial a run directory, the best one's command printed;
                               --resume SWEEP_DIR [--import MODULE] continues one
   bench <what> [options]      measure throughput, time to solve, scaling (`distrl bench --help`)
-  list                        every task with a one-line description
+  list [--long]               every task, one line each (--long: whole descriptions)
 """
 
 
@@ -237,21 +237,28 @@ def sweep_main(argv: list[str]) -> int:
     return interrupts.exit_code(result.interrupted)
 
 
-def list_main() -> int:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+def list_main(argv: list[str] | None = None) -> int:
+    """One line a task, its description cut to the terminal's width (``--long``: whole)."""
+    import shutil
 
     from distrl.envs.registry import list_tasks
     from distrl.install import pip_install
 
-    table = Table("task", "description", title="distrl tasks", title_justify="left")
-    for t in list_tasks():
-        # escape: "-e '.[mujoco]'" would otherwise lose "[mujoco]" as markup
-        table.add_row(escape(t.name), escape(t.description))
-    Console().print(table)
+    argv = argv or []
+    if argv not in ([], ["--long"]):
+        return _fail("usage: distrl list [--long]")
+    tasks = list_tasks()
+    width = max(len(t.name) for t in tasks) + 2
+    room = max(shutil.get_terminal_size((100, 24)).columns - width, 20)
+    print(f"{'task':<{width}}description")
+    for t in tasks:
+        text = t.description
+        if argv != ["--long"] and len(text) > room:
+            text = text[: room - 1].rstrip() + "…"
+        print(f"{t.name:<{width}}{text}")
     print("Any Gymnasium id works as gym:<Id> (MuJoCo ids need the mujoco extra).")
-    print(f"An extra installs from the distrl checkout (not on PyPI): {pip_install('<extra>')}")
+    print("distrl list --long: whole descriptions. An extra installs from the checkout:")
+    print(f"  {pip_install('<extra>')}  (distrl is not on PyPI)")
     return 0
 
 
@@ -295,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "play":
         return play_main(rest)
     if cmd == "list":
-        return list_main()
+        return list_main(rest)
     if cmd == "export":
         return export_main(rest)
     if cmd == "average":

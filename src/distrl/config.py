@@ -36,8 +36,10 @@ class EnvConfig:
 @dataclass(frozen=True)
 class PolicyConfig:
     network: str = "mlp"
-    """The actor and critic bodies: mlp (the hidden sizes and activation below), or a name given
-    to distrl.register_network (see distrl.policy.networks for the contract)."""
+    """The actor and critic bodies: mlp (the hidden sizes and activation below), nature-cnn
+    (images of at least 36x36, Atari's), minatar-cnn (small grids), multi-input (a Dict of
+    images and vectors, SB3's MultiInputPolicy), or a name given to distrl.register_network
+    (see distrl.policy.networks for the contract)."""
     actor_hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the actor MLP."""
     critic_hidden: tuple[int, ...] = (64, 64)

@@ -83,7 +83,25 @@ def play(args: PlayArgs) -> torch.Tensor:
     )
     write_json(args.json, cfg, path, manifest, {"returns": result.returns.tolist(),
                "lengths": result.lengths.tolist(), "return_mean": result.mean})  # fmt: skip
+    best_hint(path)
     return result.returns
+
+
+def best_hint(played: Path) -> None:
+    """Say so when the run keeps a ``best.pt`` (``--eval.interval``) other than the file
+    played: the newest checkpoint is not always the best one."""
+    best = played.parent / "best.pt"
+    if played.name == "best.pt" or not best.is_file():
+        return
+    from distrl.checkpoint import read_manifest
+
+    try:
+        m = read_manifest(best)
+    except ValueError:
+        return
+    score = m.get("eval_return_mean", m.get("eval_score"))
+    shown = f", evaluation return {score:.2f}" if isinstance(score, int | float) else ""
+    print(f"the run keeps best.pt (iteration {m['iteration']}{shown}): distrl play {best}")
 
 
 def play_suite(

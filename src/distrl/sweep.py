@@ -372,6 +372,8 @@ class SweepResult:
     """The ``optuna.Study`` (its storage: ``sweep_dir/study.db``)."""
     trials: int
     interrupted: str | None = None
+    value: str = ""
+    """What a trial's value is, in words (``describe`` prints it)."""
 
 
 def _settings(args: SweepArgs, overrides: list[str]) -> dict[str, Any]:
@@ -477,7 +479,8 @@ def run_sweep(
         study.tell(t.number, state=optuna.trial.TrialState.FAIL)  # a sweep stopped mid-trial
     # A resumed sweep's sampler draws on from where it stopped, not its first proposals again
     study.sampler = optuna.samplers.TPESampler(seed=int(s["seed"]) + len(study.trials))
-    result = SweepResult(sweep_dir, study, args.trials)
+    meaning = f"the mean of {s['metric']} over a trial's last {int(s['last'])} records"
+    result = SweepResult(sweep_dir, study, args.trials, value=meaning)
     while len(study.trials) < args.trials and result.interrupted is None:
         trial = study.ask()
         values = {p.name: p.suggest(trial) for p in space}
@@ -537,6 +540,8 @@ def describe(result: SweepResult) -> str:
         f"{states.count(s)} {s.name.lower()}" for s in optuna.trial.TrialState if s in states
     )
     lines = [f"sweep {sweep_dir}: {len(states)} trials ({counts}); {sweep_dir / 'sweep.csv'}"]
+    if result.value:
+        lines.append(f"a trial's value: {result.value}")
     if result.interrupted:
         from distrl.args import IMPORTED
 

@@ -271,6 +271,9 @@ def test_distributed_without_torchrun_is_refused():
 
 def test_launching_a_script_registered_task_is_refused(tmp_path):
     distrl.register_task("line", make_env=_Line)
-    with pytest.raises(ValueError, match="torchrun --nproc-per-node 2 script.py"):
+    with pytest.raises(ValueError, match="torchrun --nproc-per-node 2 script.py") as err:
         distrl.train("line", nproc=2, run_dir=str(tmp_path))
     assert not Path(tmp_path / "checkpoints").exists()
+    # it names the task alone: the network (mlp) is distrl's own (it was named missing too)
+    assert "task 'line' this script registered" in str(err.value)
+    assert "network" not in str(err.value)

@@ -84,6 +84,8 @@ def test_save_writes_one_verified_file_that_load_policy_reads_back(tmp_path):
     obs = torch.randn(5, 4)
     assert torch.equal(policy.act_deterministic(obs), result.policy.act_deterministic(obs))
     assert distrl.save(policy, tmp_path / "again.pt", cfg).is_file()
+    # a name without a suffix gets .pt, as SB3's save adds .zip (it was refused)
+    assert distrl.save(policy, tmp_path / "model", cfg) == tmp_path / "model.pt"
     for bad in ("ckpt_00000002.pt", "policy.pth"):  # resume would take the first for its own
         with pytest.raises(ValueError, match=r"name it \*\.pt"):
             result.save(tmp_path / bad)

@@ -92,7 +92,8 @@ def save(
     world_size: int = 1,
 ) -> Path:
     """Write ``policy`` (trained with ``config``, which rebuilds its network) to ``path``
-    (``*.pt``, with its manifest ``*.json`` beside it): a policy-only checkpoint, written
+    (``*.pt``, added to a name without a suffix, as Stable-Baselines3 adds ``.zip``; its
+    manifest ``*.json`` beside it): a policy-only checkpoint, written
     atomically with its sha256, that ``load_policy``, ``evaluate``, ``export``, ``distrl play``
     and ``--init-from`` read. Returns the path."""
     from distrl.rundir import save_policy
@@ -314,12 +315,16 @@ def _launch(cfg: TrainConfig) -> TrainResult:
     from distrl import args, interrupts
     from distrl.distributed import strategies
     from distrl.envs.registry import is_user_task
+    from distrl.policy.networks import is_built_in
 
-    if is_user_task(cfg.task) or cfg.policy.network != "mlp":
+    own = [f"task {cfg.task!r}"] if is_user_task(cfg.task) else []
+    if not is_built_in(cfg.policy.network):
+        own.append(f"network {cfg.policy.network!r}")
+    if own:
         raise ValueError(
-            f"nproc={cfg.nproc} starts fresh processes, where task {cfg.task!r} / network "
-            f"{cfg.policy.network!r} registered by this script does not exist; run the script "
-            f"itself on every rank instead: torchrun --nproc-per-node {cfg.nproc} script.py"
+            f"nproc={cfg.nproc} starts fresh processes, where the {' and the '.join(own)} "
+            f"this script registered do not exist; run the script itself on every rank "
+            f"instead: torchrun --nproc-per-node {cfg.nproc} script.py"
         )
     run_dir = Path(cfg.run_dir or args.default_run_dir(cfg.task))
     with tempfile.TemporaryDirectory(prefix="distrl-") as tmp:

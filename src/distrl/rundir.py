@@ -68,10 +68,13 @@ def save_policy(
     env_steps: int = 0,
     world_size: int = 1,
 ) -> Path:
-    """``policy`` (trained with ``cfg``) as a policy-only checkpoint at ``path`` (``*.pt``; the
-    manifest ``*.json`` beside it): the checkpoint format, written atomically with its sha256,
-    that ``load_policy``, ``play``, ``export`` and ``--init-from`` read. Returns the path."""
+    """``policy`` (trained with ``cfg``) as a policy-only checkpoint at ``path`` (``*.pt``, the
+    suffix added to a name without one; the manifest ``*.json`` beside it): the checkpoint
+    format, written atomically with its sha256, that ``load_policy``, ``play``, ``export`` and
+    ``--init-from`` read. Returns the path."""
     out = Path(path).expanduser()
+    if out.suffix == "":  # "model" -> "model.pt", as Stable-Baselines3 adds ".zip"
+        out = out.with_suffix(".pt")
     ckpt.check_policy_file_name(out, "save")
     state: dict[str, Any] = {"policy": {k: v.cpu() for k, v in policy.state_dict().items()}}
     state |= {"iteration": iteration, "env_steps": env_steps, "wall_time": 0.0}

@@ -201,9 +201,6 @@ class _Model:
         ``.zip``); ``distrl.load_policy`` and ``load`` read it."""
         from distrl.api import save
 
-        path = Path(path)
-        if path.suffix == "":
-            path = path.with_suffix(".pt")
         if self.policy is None:
             raise ValueError(f"distrl.{self.name}: learn() first: there is no policy to save")
         return save(self.policy, path, self.result.config, self.result.metrics.get(

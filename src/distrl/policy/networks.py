@@ -94,6 +94,11 @@ def register_network(
     _NETWORKS[name] = Network(actor, critic, encoder)
 
 
+def is_built_in(name: str) -> bool:
+    """Whether ``name`` is one of distrl's own networks (every process has those)."""
+    return name == "mlp" or name in _BUILT_IN
+
+
 def network_names() -> list[str]:
     return ["mlp", *_NETWORKS]
 

@@ -47,6 +47,7 @@ def test_own_env_example_under_torchrun(tmp_path):
     assert "2 rank(s)" in out
 
 
+@pytest.mark.long  # 12 s: make test keeps to about 10 minutes; CI runs it
 def test_own_network_example_solves_cartpole(tmp_path):
     out = _run([sys.executable, str(EXAMPLES / "own_network.py")], tmp_path)
     assert "LayerNorm" in out

@@ -48,6 +48,7 @@ def test_default_cartpole_reaches_475(tmp_path, nproc):
     assert best_return(run_dir) >= 475.0
 
 
+@pytest.mark.long  # 15 s: make test keeps to about 10 minutes; CI runs it
 def test_default_pendulum_learns_the_swing_up(tmp_path):
     # 30 of the default 150 iterations (~490k steps, ~15 s) at the default's starting LR (its
     # linear decay would scale with a shorter run): a random policy scores about -1200, the

@@ -32,6 +32,7 @@ def final_policy(tmp_path: Path, name: str, flags: list[str]) -> dict[str, torch
     return state["policy"]
 
 
+@pytest.mark.long  # 19 s: make test keeps to about 10 minutes; CI runs it
 @pytest.mark.timeout(320)
 def test_bsp_with_the_same_seed_ends_where_allreduce_does(tmp_path):
     allreduce = final_policy(tmp_path, "allreduce", ["--nproc", "2"])

@@ -86,6 +86,7 @@ def assert_finished(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "checkpoints" / "ckpt_00000060.pt").exists()
 
 
+@pytest.mark.long  # 30 s: make test keeps to about 10 minutes; CI runs it
 @pytest.mark.timeout(300)
 def test_a_stopped_parameter_server_worker_is_dropped_and_the_run_finishes(tmp_path):
     code, out = run_with_fault(tmp_path, ["--dist.strategy", "ps-asp"], signal.SIGSTOP)
@@ -96,6 +97,7 @@ def test_a_stopped_parameter_server_worker_is_dropped_and_the_run_finishes(tmp_p
     assert records(tmp_path / "run")[-1]["dist/workers"] == 1
 
 
+@pytest.mark.long  # 17 s: as above
 @pytest.mark.timeout(300)
 def test_a_stopped_actor_is_dropped_and_the_run_finishes(tmp_path):
     code, out = run_with_fault(tmp_path, ["--dist.strategy", "learner-actor"], signal.SIGSTOP)

@@ -1,5 +1,8 @@
 # Two commands for a newcomer: `make train` and `make test`. Everything installs into .venv with
-# the exact versions in constraints.txt (torch==2.13.0 there keeps pip on the CPU build).
+# the exact versions in constraints.txt. The pin chooses torch's version, not its build: PyPI's
+# Linux wheel is the CUDA build (several GB with its nvidia packages); `make setup CPU=1` (or
+# `make train CPU=1`) takes the CPU build from PyTorch's index instead. `make train` installs
+# distrl and its own dependencies only (no extras); `make test` adds the EXTRAS below.
 # `make setup` includes the mujoco extra (~11 MB of registry wheels, seconds to install), so the
 # MuJoCo tasks and their Gymnasium parity tests run everywhere; `make setup EXTRAS=dev` leaves it
 # out (those tests then skip, naming the reason) and `make setup-mujoco` adds it later.
@@ -18,6 +21,9 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+BASE_STAMP := $(VENV)/.installed-base
+CPU     ?=
+TORCH_INDEX := $(if $(CPU),--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple,)
 DOCS_STAMP := $(VENV)/.installed-docs
 TASK    ?= cartpole
 NPROC   ?= 2
@@ -28,10 +34,14 @@ EXTRAS  ?= dev,mujoco,video,export,metaworld,sweep,multiagent
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(BASE_STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
+	$(BIN)/pip install -q $(TORCH_INDEX) -c constraints.txt -e .
+	touch $(BASE_STAMP)
+
+$(STAMP): $(BASE_STAMP)
+	$(BIN)/pip install -q $(TORCH_INDEX) -c constraints.txt -e ".[$(EXTRAS)]"
 	# the MinAtar reference of the parity tests; --no-deps: it imports without the plotting
 	# stack (seaborn, pandas, scipy) its metadata asks for
 	$(BIN)/pip install -q --no-deps -c constraints.txt minatar
@@ -40,7 +50,7 @@ $(STAMP): pyproject.toml constraints.txt
 setup-mujoco: setup
 	$(BIN)/pip install -q -c constraints.txt -e ".[mujoco]"
 
-train: setup
+train: $(BASE_STAMP)
 	$(BIN)/distrl train $(TASK) --nproc $(NPROC) $(ARGS)
 
 test: setup

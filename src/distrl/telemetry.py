@@ -350,6 +350,8 @@ class _ActiveTelemetry(Telemetry):
 
         self.run_dir = run_dir
         self.total_iterations = int(total_iterations)
+        # the ranks the run started with (an elastic run's summary says how many were left)
+        self._world = int(cfg_dict.get("nproc", 1) or 1) * int(cfg_dict.get("nnodes", 1) or 1)
         self.start_iteration = int(start_iteration)
         self.console = console if console is not None else Console()
         _use_console(self.console)
@@ -559,6 +561,9 @@ class _ActiveTelemetry(Telemetry):
         ret = rec.get("episode_return_mean")
         ret = self._last_return if ret is None else ret
         table.add_row("final return", "n/a: no episode ended" if ret is None else _fmt_return(ret))
+        members, started = rec.get("dist/members"), self._world
+        if isinstance(members, int) and members < started:  # elastic: ranks lost on the way
+            table.add_row("ranks", f"{members} of {started} at the end (lost ranks not replaced)")
         if rec.get("stopped"):
             table.add_row("stopped", str(rec["stopped"]))
         table.add_row("run dir", str(self.run_dir))

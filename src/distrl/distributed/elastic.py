@@ -224,10 +224,17 @@ class ElasticAllReduce(AllReduceStrategy):
             _log_held_iteration(runner)
         self.take_times()
         what = ", ".join(f"slot {m.slot} (pid {m.pid})" for m in lost) or "none"
+        restarts = int(os.environ.get("DISTRL_MAX_RESTARTS", runner.cfg.max_restarts) or 0)
+        refill = (
+            f"a replacement rejoins at an iteration boundary (--max-restarts {restarts})"
+            if restarts > 0
+            else "none will replace it (--max-restarts 0): the batch stays smaller"
+        )
         runner.message(
             f"elastic: lost {what} at iteration {runner.iteration}; {self.world_size} ranks go "
-            f"on from epoch {self.membership.epoch} in {time.perf_counter() - t0:.2f} s "
-            f"({str(error).splitlines()[0][:160]})"
+            f"on (membership change {self.membership.epoch}, regrouped in "
+            f"{time.perf_counter() - t0:.2f} s); {refill}. What the survivors saw: "
+            f"{str(error).splitlines()[0][:160]}"
         )
         try:
             self._checkpoint_held(runner)

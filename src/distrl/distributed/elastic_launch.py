@@ -105,6 +105,10 @@ def _slot_env(
     return env
 
 
+RESTARTS_ENV = "DISTRL_MAX_RESTARTS"
+"""The launcher's --max-restarts, for the ranks' line at a lost rank (whether one rejoins)."""
+
+
 def launch(
     nproc: int,
     max_restarts: int,
@@ -119,6 +123,7 @@ def launch(
     interrupt."""
     store, port = _store(nodes)
     base = torchrun_launch.launch_env(nproc, one_machine=nodes.count == 1)
+    base[RESTARTS_ENV] = str(max_restarts)  # launcher flags reach no rank: this one is said
     # a node started while the run is under way (it was lost, and started again): its slots
     # are replacements, which take a live peer's state
     late = nodes.rank > 0 and store.check(["el/0/members"])

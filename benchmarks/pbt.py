@@ -30,6 +30,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks import common
 from benchmarks.runs import PYTHON_CLI
@@ -82,7 +83,7 @@ def _arm(a: PBTBenchArgs, seed: int, interval: int, out: Path, name: str) -> dic
     last = max(int(r["generation"]) for r in rows)
     final = {int(r["member"]): float(r["score"]) for r in rows if int(r["generation"]) == last}
     best = max(final, key=lambda k: final[k])
-    curve = {}  # generation -> (wall_s, env_steps, best score)
+    curve: dict[int, tuple[float, int, float]] = {}  # generation -> (wall, env steps, best)
     for r in rows:
         g = int(r["generation"])
         score = float(r["score"]) if r["score"] else float("-inf")
@@ -118,7 +119,7 @@ def pbt(a: PBTBenchArgs) -> int:
             fixed = next(f for f in results if f["arm"] == "fixed" and f["seed"] == r["seed"])
             reached = [w for w, _, s in r["curve"] if s >= fixed["best_score_exact"]]
             r["wall_to_fixed_best_s"] = round(reached[0], 1) if reached else None
-    summary = {"task": a.task, "steps_per_member": a.steps, "members": a.members,
+    summary: dict[str, Any] = {"task": a.task, "steps_per_member": a.steps, "members": a.members,
                "interval": a.interval, "date": datetime.date.today().isoformat(),
                "machine": common.machine()}  # fmt: skip
     for arm in ("fixed", "pbt"):

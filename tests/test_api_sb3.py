@@ -49,6 +49,17 @@ def test_eval_callback_records_its_figures_and_stops_at_its_target(tmp_path, cap
     assert f"stopped at iteration 2: {reason}; final checkpoint" in capsys.readouterr().out
 
 
+def test_eval_callback_counts_env_steps_with_sb3s_eval_freq(tmp_path, capsys):
+    """SB3's eval_freq counts steps (EvalCallback's every counts iterations): 16 envs x 8
+    steps = 128 an iteration, so eval_freq=300 evaluates at 384 and 640 env steps."""
+    ev = distrl.EvalCallback(eval_freq=300, episodes=2)
+    api_train("cartpole", tmp_path, agent={"max_iterations": 6}, hooks=[ev])
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["iteration"] for r in records if "eval/return_mean" in r] == [3, 5]
+    out = capsys.readouterr().out
+    assert "eval: iteration 3 (384 env steps), return " in out and " ± " in out
+
+
 def test_evaluate_takes_a_run_a_file_a_result_or_a_policy_with_its_config(tmp_path):
     result = api_train("cartpole", tmp_path / "run")
     by_run = distrl.evaluate(result.run_dir, episodes=6)

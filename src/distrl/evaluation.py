@@ -354,6 +354,9 @@ class EvalCallback(Hooks):
     ``eval/time``; an episodic suite: ``eval/success`` and per task); with ``target``, the run
     stops once the score (mean return, or the suite's success) reaches it.
 
+    ``eval_freq`` (Stable-Baselines3's name) counts env steps instead of iterations: an
+    evaluation at the first iteration whose env steps reach each multiple of it.
+
     ``last`` holds the newest evaluation's figures. It keeps no best checkpoint:
     ``--eval.interval`` does (``checkpoints/best.pt``)."""
 
@@ -364,19 +367,30 @@ class EvalCallback(Hooks):
         target: float | None = None,
         seed: int = 12345,
         num_envs: int = 64,
+        eval_freq: int | None = None,
     ):
-        if every < 1 or episodes < 1 or num_envs < 1:
+        if every < 1 or episodes < 1 or num_envs < 1 or (eval_freq is not None and eval_freq < 1):
             raise ValueError(
-                f"EvalCallback: every, episodes and num_envs must be at least 1, got every="
-                f"{every}, episodes={episodes}, num_envs={num_envs}"
+                f"EvalCallback: every, episodes, num_envs and eval_freq must be at least 1, got "
+                f"every={every}, episodes={episodes}, num_envs={num_envs}, eval_freq={eval_freq}"
             )
         self.every, self.episodes, self.target = every, episodes, target
-        self.seed, self.num_envs = seed, num_envs
+        self.seed, self.num_envs, self.eval_freq = seed, num_envs, eval_freq
         self.evaluator: Evaluator | None = None
         self.last: dict[str, Any] = {}
+        self._next_steps = eval_freq or 0
+
+    def _due(self, runner: Runner) -> bool:
+        if self.eval_freq is None:
+            return runner.iteration % self.every == 0
+        if runner.env_steps < self._next_steps:
+            return False
+        while self._next_steps <= runner.env_steps:
+            self._next_steps += self.eval_freq
+        return True
 
     def on_record(self, runner: Runner, record: dict[str, Any]) -> None:
-        if not runner.strategy.is_main or runner.iteration % self.every:
+        if not runner.strategy.is_main or not self._due(runner):
             return
         if self.evaluator is None:
             cfg = runner.cfg
@@ -390,9 +404,10 @@ class EvalCallback(Hooks):
         record.update(self.last)
         score = self.last[ev.score_key]
         what = "success" if ev.suite is not None else "return"
+        spread = "" if ev.suite is not None else f" ± {self.last['eval/return_std']:.2f}"
         runner.message(
-            f"eval: iteration {runner.iteration}, {what} {score:.2f} over {self.episodes} "
-            f"episodes (seed {self.seed})"
+            f"eval: iteration {runner.iteration} ({runner.env_steps} env steps), {what} "
+            f"{score:.2f}{spread} over {self.episodes} episodes (seed {self.seed})"
         )
         if self.target is not None and score >= self.target:
             runner.request_stop(f"EvalCallback: eval {what} {score:.2f} >= target {self.target:g}")

@@ -306,7 +306,7 @@ def train(
                     f"script.py"
                 )
             return _launch(cfg)
-        final = session.run_training(cfg, hooks)
+        final = session.run_training(cfg, hooks, in_caller=True)  # a 2nd Ctrl-C: an exception
         return _result(cfg, Path(final["run_dir"]), final)
 
 

@@ -136,10 +136,13 @@ def _say(text: str) -> None:
 
 
 @contextlib.contextmanager
-def handling(owner: bool) -> Iterator[None]:
-    """While training: SIGINT and SIGTERM note the first signal (``received``). ``owner``: this
-    process is the one the user talks to (a single process): say so at once, and let a second
-    signal abort. The previous handlers come back afterwards. Outside the main thread (where
+def handling(owner: bool, in_caller: bool = False) -> Iterator[None]:
+    """While training: SIGINT and SIGTERM note the first signal (``received``); SIGHUP (the
+    terminal closed) is noted as SIGTERM, as the launchers treat it. ``owner``: this process is
+    the one the user talks to (a single process): say so at once, and let a second signal
+    abort: the process ends by that signal, or, ``in_caller`` (``distrl.train`` from Python: a
+    notebook's kernel), a second Ctrl-C raises KeyboardInterrupt in the calling program instead
+    of ending it. The previous handlers come back afterwards. Outside the main thread (where
     Python cannot set handlers) nothing changes."""
     global _first, _request
     _request = None  # a stop request is one run's
@@ -154,7 +157,7 @@ def handling(owner: bool) -> Iterator[None]:
     def on_signal(signum: int, frame: object) -> None:
         global _first
         if _first == 0:
-            _first = signum
+            _first = signal.SIGTERM if signum == signal.SIGHUP else signum
             if owner:
                 again = "Ctrl-C" if signum == signal.SIGINT else name(signum)
                 _say(
@@ -163,11 +166,14 @@ def handling(owner: bool) -> Iterator[None]:
                 )
         elif owner:
             _say(f"distrl: second {name(signum)}: aborting without a final checkpoint")
+            if in_caller and signum == signal.SIGINT:
+                raise KeyboardInterrupt  # the caller's to handle; its process goes on
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
-    previous = {s: signal.getsignal(s) for s in SIGNALS}
-    for s in SIGNALS:
+    handled = (*SIGNALS, signal.SIGHUP)
+    previous = {s: signal.getsignal(s) for s in handled}
+    for s in handled:
         signal.signal(s, on_signal)
         # Restart system calls the signal interrupts, in threads Python does not run either
         # (Gloo's, the TCP store's): the handler only takes a note.

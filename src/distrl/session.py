@@ -151,7 +151,7 @@ def check_launch_mode(cfg: TrainConfig) -> None:
         )
 
 
-def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
+def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = (), in_caller: bool = False) -> dict:
     """One rank's whole life: process group, env, runner, telemetry; torn down on any exit.
     The runner calls the task's hooks (``register_task(..., hooks=)``), then ``hooks``.
 
@@ -160,7 +160,7 @@ def run_training(cfg: TrainConfig, hooks: Sequence[Hooks] = ()) -> dict:
     name) and the main rank has printed one line saying how to resume. A run that stops early
     for any reason (a hook's ``request_stop``, ``--agent.target-return``) holds ``stopped``,
     the reason."""
-    with interrupts.handling(owner=not cfg.distributed):
+    with interrupts.handling(owner=not cfg.distributed, in_caller=in_caller):
         return _run_training(cfg, hooks)
 
 

@@ -359,6 +359,40 @@ def test_in_process_training_stops_saves_and_restores_the_handlers(tmp_path, cap
     assert ckpt.find_latest_valid(tmp_path / "checkpoints")[0].name == "ckpt_00000002.pt"
 
 
+@pytest.mark.timeout(60)
+def test_a_hangup_stops_one_process_as_sigterm_does_with_its_checkpoint(tmp_path, capsys):
+    """SIGHUP (its terminal closed) ended a one-process run without a final checkpoint."""
+    before = signal.getsignal(signal.SIGHUP)
+    cfg = parse_train_args(["cartpole", *tiny_train_args(8), "--run-dir", str(tmp_path)])
+    final = run_training(cfg, hooks=[SignalAt(1, signal.SIGHUP)])
+    assert final["interrupted"] == "SIGTERM" and final["iteration"] == 2
+    assert signal.getsignal(signal.SIGHUP) is before
+    assert ckpt.find_latest_valid(tmp_path / "checkpoints")[0].name == "ckpt_00000002.pt"
+
+
+class TwoCtrlC(Hooks):
+    """Two SIGINTs in the update of iteration 1, as a user's impatient second Ctrl-C."""
+
+    def before_update(self, runner) -> None:
+        if runner.iteration == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.timeout(60)
+def test_a_second_ctrl_c_in_distrl_train_raises_in_the_caller(tmp_path):
+    """From Python (a notebook), the second Ctrl-C ended the calling process; it raises
+    KeyboardInterrupt there now, and the caller goes on."""
+    import distrl
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        distrl.train("cartpole", run_dir=str(tmp_path), env={"num_envs": 8},
+                     agent={"num_steps": 8, "max_iterations": 4}, threads=1, progress=False,
+                     tensorboard=False, hooks=[TwoCtrlC()])  # fmt: skip
+    assert signal.getsignal(signal.SIGINT) is before  # the handlers came back
+
+
 @pytest.mark.timeout(90)
 def test_the_episodic_runner_stops_saves_and_resumes_bitwise(tmp_path, capsys):
     """reach10 (multi-task RLOO) goes through the same role loop and exchange."""

@@ -261,6 +261,16 @@ def _kill(pids: Sequence[int], signum: int) -> None:
             os.kill(p, signum)
 
 
+def final_code(first: int, code: int) -> int:
+    """A launcher's exit code: 128 + the signal that stopped the run (``first``) when its
+    ranks ended as a stop ends them (torchrun's ``code`` 0, or the signal's own), else the
+    ranks' ``code``: a rank that crashed while stopping is a failure, not an interrupt."""
+    if not first:
+        return code
+    stopped = exit_code(name(first))
+    return stopped if code in (0, stopped, -first) else code
+
+
 def supervise(
     cmd: list[str],
     env: dict[str, str],
@@ -310,7 +320,11 @@ def supervise(
             f"{newest()}; resume with: {resume_command(run_dir, modules)}"
         )
 
-    handled = (*SIGNALS, signal.SIGHUP)
+    # Python sets handlers in the main thread only: from another (distrl.train(nproc=N) in a
+    # thread) the launcher runs without them, and a signal reaches the process as it would
+    handled = (
+        (*SIGNALS, signal.SIGHUP) if threading.current_thread() is threading.main_thread() else ()
+    )
     previous = {s: signal.getsignal(s) for s in handled}
     for s in handled:
         signal.signal(s, on_signal)
@@ -332,7 +346,7 @@ def supervise(
                         f"{resume_command(run_dir, modules)}"
                     )
                     deadline = float("inf")
-        return exit_code(name(first)) if first else code
+        return final_code(first, code)
     finally:
         if proc is not None and proc.poll() is None:  # the launcher itself failed: no orphans
             kill_tree()

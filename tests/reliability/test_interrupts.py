@@ -421,3 +421,38 @@ def test_the_final_line_names_the_newest_checkpoint_and_a_command_a_shell_can_ru
         *("distrl", "train", "--import", "my.tasks", "--config", str(run / "config.yaml")),
         *("--resume", "auto", "--run-dir", str(run)),
     ]
+
+
+def test_a_launcher_reports_a_rank_that_crashed_while_stopping_as_a_failure():
+    """The launchers returned 130/143 after a signal even when a rank crashed during the stop."""
+    assert interrupts.final_code(0, 0) == 0 and interrupts.final_code(0, 1) == 1
+    assert interrupts.final_code(signal.SIGINT, 0) == 130  # the ranks stopped and saved
+    assert interrupts.final_code(signal.SIGTERM, 143) == 143
+    assert interrupts.final_code(signal.SIGTERM, -signal.SIGTERM) == 143
+    assert interrupts.final_code(signal.SIGINT, 1) == 1  # a rank failed while stopping
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_distrl_train_on_two_ranks_runs_from_a_thread(tmp_path):
+    """It failed with 'signal only works in main thread' (the launcher set its handlers)."""
+    import threading
+
+    import distrl
+
+    out: dict = {}
+
+    def work() -> None:
+        try:
+            agent = {"num_steps": 8, "max_iterations": 2}
+            run_dir = str(tmp_path / "run")
+            out["result"] = distrl.train("cartpole", nproc=2, run_dir=run_dir, agent=agent,
+                                         env={"num_envs": 8}, progress=False)  # fmt: skip
+        except Exception as e:  # noqa: BLE001 (the test reports it)
+            out["error"] = e
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(110)
+    assert "error" not in out, out.get("error")
+    assert out["result"].metrics["iteration"] == 2

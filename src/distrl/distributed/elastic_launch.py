@@ -36,6 +36,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -199,7 +200,8 @@ def launch(
             f"{interrupts.resume_command(run_dir, modules)}"
         )
 
-    handled = (*interrupts.SIGNALS, signal.SIGHUP)
+    main = threading.current_thread() is threading.main_thread()  # handlers: main thread only
+    handled = (*interrupts.SIGNALS, signal.SIGHUP) if main else ()
     previous = {s: signal.getsignal(s) for s in handled}
     for s in handled:
         signal.signal(s, on_signal)
@@ -242,8 +244,8 @@ def launch(
         result = store.check(["el/finished"])
         if nodes.count > 1:
             _leave(store, nodes)
-        if first:
-            return interrupts.exit_code(interrupts.name(first))
+        if first:  # a stop: its code, unless a slot failed while stopping
+            return interrupts.final_code(first, failed)
         if result:
             return 0  # the members finished the run (and its writer saved it), whoever was lost
         return failed or 1

@@ -83,3 +83,22 @@ def test_a_run_that_ends_leaves_no_lock_file_and_a_new_holder_takes_a_new_one(tm
     again = RunLock(tmp_path)  # a fresh file and lock
     assert (tmp_path / LOCK_FILE).exists()
     again.release()
+
+
+def test_a_run_dir_that_cannot_be_written_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """A resume on a full or read-only disk ended in a raw OSError traceback."""
+    import errno
+
+    from distrl import rundir
+    from tests.helpers import run_main, tiny_train_args
+
+    def full(path, flags, perms=0o644):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(rundir, "open_fd", full)
+    with pytest.raises(ValueError, match=r"cannot be written \(No space left on device\)"):
+        RunLock(tmp_path / "run")
+    argv = ["train", "cartpole", *tiny_train_args(4), "--run-dir", str(tmp_path / "run")]
+    code, _, err = run_main([*argv, "--resume", "auto"], capsys)
+    assert code == 2 and "cannot be written (No space left on device)" in err
+    assert "Traceback" not in err

@@ -108,7 +108,12 @@ def train_main(argv: list[str] | None = None) -> int:
         except ValueError as e:  # a node that cannot host or reach the store
             return _fail(str(e))
     if not launch.under_torchrun():
-        final = session.run_training(cfg)
+        from distrl.rundir import RunDirError
+
+        try:
+            final = session.run_training(cfg)
+        except RunDirError as e:  # taken by another run meanwhile, or not writable
+            return _fail(str(e))
         # after Ctrl-C or SIGTERM (the final checkpoint written): the shell's code for the signal
         return interrupts.exit_code(final.get("interrupted"))
     # A rank leaves with os._exit, skipping the C++ destructors of interpreter teardown: under

@@ -25,7 +25,7 @@ from distrl import checkpoint as ckpt
 from distrl.config import TrainConfig, from_dict, to_dict
 from distrl.envs.core import VecEnv
 from distrl.policy.actor_critic import ActorCritic
-from distrl.safe_files import open_fd
+from distrl.safe_files import SymlinkRefused, open_fd
 
 
 def load(path: str | Path, device: torch.device) -> tuple[TrainConfig, dict[str, Any], Path, dict]:
@@ -135,6 +135,11 @@ def check_run_dir_free(run_dir: str | None) -> None:
 LOCK_FILE = ".lock"
 
 
+class RunDirError(ValueError):
+    """The run directory cannot be used (another run holds it, or it cannot be written): a
+    user's error, said in one line before training (``cli.train_main`` prints it)."""
+
+
 class RunLock:
     """An exclusive lock on a run directory (``fcntl.flock`` on ``RUN/.lock``, which holds the
     holder's pid, host and start time), taken by the process that writes the run (rank 0) and
@@ -146,17 +151,25 @@ class RunLock:
 
     def __init__(self, run_dir: str | Path):
         path = Path(run_dir).expanduser()
-        path.mkdir(parents=True, exist_ok=True)
         self.path = path / LOCK_FILE
         while True:
-            # never through a link: one would have its target truncated below (safe_files)
-            fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                # never through a link: one would have its target truncated below (safe_files)
+                fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
+            except SymlinkRefused:
+                raise
+            except OSError as e:  # a read-only or full disk, no permission: one line, no trace
+                raise RunDirError(
+                    f"run dir {run_dir} cannot be written ({e.strerror or e}): a run writes its "
+                    f"lock, metrics and checkpoints there; free space or choose another --run-dir"
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
                 os.close(fd)
-                raise ValueError(
+                raise RunDirError(
                     f"run dir {run_dir} is in use by a live run ({holder}); wait for it to "
                     f"finish, stop it, or choose another --run-dir"
                 ) from None

@@ -36,8 +36,9 @@ class PlayArgs:
     device: str = "cpu"
     """Torch device (cpu, cuda, cuda:K), or auto: the GPU when there is one."""
     video: str | None = None
-    """Record one episode (env seed --seed) to this .mp4 file instead of evaluating: the MuJoCo
-    tasks and gym:<Id> tasks that render rgb_array; needs the video extra."""
+    """Record one episode (env seed --seed) to this .mp4 file instead of evaluating:
+    cartpole, cartpole-novel, acrobot, pendulum, the minatar-* grids, the MuJoCo tasks and
+    gym:<Id> tasks that render rgb_array (docs/training.md); needs the video extra."""
     init_states: Literal["held-out", "train"] = "held-out"
     """Episodic suites: start from each task's held-out init states (what the field reports) or
     from the training ones."""

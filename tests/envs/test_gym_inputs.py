@@ -236,3 +236,10 @@ def test_atari_and_mujoco_ids_name_their_extras(monkeypatch, tmp_path):
         _train("ALE/Pong-v5", tmp_path, "atari")
     with pytest.raises(ValueError, match=r"gym:Ant-v5 needs.*mujoco extra.*'\.\[mujoco\]'"):
         _train("Ant-v5", tmp_path, "ant")
+
+
+def test_an_anonymous_factory_is_named_by_the_env_it_makes():
+    """A lambda's task was 'env:lambda' (run directory runs/env_lambda/)."""
+    from distrl.envs.registry import task_name
+
+    assert task_name(lambda: gymnasium.make("CartPole-v1")) == "env:CartPole-v1"

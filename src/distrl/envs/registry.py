@@ -599,6 +599,13 @@ def task_name(env: Any) -> str:
         what = vector_spec.id if vector_spec is not None else type(env.unwrapped).__name__
     elif callable(env):
         what = getattr(env, "__name__", type(env).__name__).strip("<>")
+        if what == "lambda":  # an anonymous factory: named by the env it makes (its id)
+            probe = env()
+            made = getattr(probe, "spec", None)
+            what = (
+                made.id if made is not None else type(getattr(probe, "unwrapped", probe)).__name__
+            )
+            probe.close()
     else:
         raise ValueError(
             f"distrl.train takes a TrainConfig, a task name, a Gymnasium id (e.g. "

@@ -101,8 +101,9 @@ class ReplayBuffer:
             "size": self.size if rows else 0,
             "generator": self.generator.get_state(),
         }
-        if rows:
-            state |= {name: getattr(self, name)[: self.size].cpu() for name in FIELDS}
+        if rows:  # copies: torch.save of a view would write the whole ring's storage
+            filled = {name: getattr(self, name)[: self.size] for name in FIELDS}
+            state |= {name: rows_.to("cpu", copy=True) for name, rows_ in filled.items()}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -46,6 +46,7 @@ from distrl import pbt
 from distrl.config import TrainConfig, to_dict
 from distrl.safe_files import replace_text, safe_open
 from distrl.sweep import DEFAULT_SPACES, Param, read_space, search_space, trial_value, with_values
+from distrl.telemetry import read_metrics
 
 
 @dataclass
@@ -297,19 +298,6 @@ class PoolWorker:
             self.proc.wait()
 
 
-def read_records(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if isinstance(record, dict) and isinstance(record.get("iteration"), int):
-                out.append(record)
-    return out
-
-
 def copy_checkpoint(donor: Path, member: Path) -> Path:
     """The donor's newest valid checkpoint as the member's newest: both files copied under
     temporary names and renamed, the manifest last (as a save writes them)."""
@@ -467,9 +455,9 @@ class Controller:
         return failed
 
     def score(self, k: int, first: int, target: int) -> float | None:
-        records = [
-            r for r in read_records(self.member_dir(k)) if first < int(r["iteration"]) <= target
-        ]
+        path = self.member_dir(k) / "metrics.jsonl"
+        records = read_metrics(path) if path.is_file() else []
+        records = [r for r in records if first < int(r.get("iteration", -1)) <= target]
         return trial_value(records, self.o.metric, self.o.last)
 
     def run(self) -> PopulationResult:

@@ -23,16 +23,13 @@ between ranks.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from distrl.envs.connect_four import COLS, ConnectFour, one_step_lookahead
 from distrl.hooks import Hooks
-
-if TYPE_CHECKING:
-    from distrl.runner.base import Runner
 
 ELO_K = 16.0
 RANDOM = -1
@@ -219,12 +216,12 @@ class SelfPlay(Hooks):
         self.interval, self.eval_interval, self.eval_games = interval, eval_interval, eval_games
 
     @staticmethod
-    def league_of(runner: Runner) -> League | None:
+    def league_of(runner: Any) -> League | None:
         env = getattr(runner, "env", None)
         league = getattr(env, "opponents", None)
         return league if isinstance(league, League) else None
 
-    def on_training_start(self, runner: Runner) -> None:
+    def on_training_start(self, runner: Any) -> None:
         league = self.league_of(runner)
         if league is None:
             return
@@ -232,7 +229,7 @@ class SelfPlay(Hooks):
         if not league.snapshots:
             league.add(runner.policy, runner.iteration)
 
-    def on_record(self, runner: Runner, record: dict[str, Any]) -> None:
+    def on_record(self, runner: Any, record: dict[str, Any]) -> None:
         league = self.league_of(runner)
         if league is None:
             return

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,9 +37,6 @@ import torch
 from distrl.envs.core import ActionSpace, VecEnv
 from distrl.hooks import Hooks
 from distrl.install import pip_install
-
-if TYPE_CHECKING:
-    from distrl.runner.base import Runner
 
 HINT = f"install distrl's multiagent extra (pettingzoo, mpe2): {pip_install('multiagent')}"
 
@@ -87,6 +84,7 @@ class ParallelVecEnv(VecEnv):
         self.copies = [make() for _ in range(num_envs)]
         first = self.copies[0]
         self.agents = list(first.possible_agents)
+        self.index = {a: j for j, a in enumerate(self.agents)}  # agent -> its row in a copy
         self.A = len(self.agents)
         _, self.size, self.masked, self.action_space = _spaces(first)
         self.agent_id = agent_id
@@ -145,8 +143,7 @@ class ParallelVecEnv(VecEnv):
         truncated = np.zeros(N * A, dtype=bool)
         final = self.last.copy()
         for i, env in enumerate(self.copies):
-            live = [a for a in env.agents]
-            step = {a: acts[i * A + self.agents.index(a)] for a in live}
+            step = {a: acts[i * A + self.index[a]] for a in env.agents}
             if self.action_space.discrete:
                 step = {a: int(v) for a, v in step.items()}
             obs, rew, term, trunc, _ = env.step(step)
@@ -191,7 +188,7 @@ class AgentReturns(Hooks):
     """Each agent's mean episode return (``ParallelVecEnv.agent_returns``) in the records, as
     ``agent/<name>/return``."""
 
-    def on_record(self, runner: Runner, record: dict[str, Any]) -> None:
+    def on_record(self, runner: Any, record: dict[str, Any]) -> None:
         env = getattr(runner, "env", None)
         if isinstance(env, ParallelVecEnv):
             for name, value in env.agent_returns().items():

@@ -261,14 +261,15 @@ def _kill(pids: Sequence[int], signum: int) -> None:
             os.kill(p, signum)
 
 
-def final_code(first: int, code: int) -> int:
+def final_code(first: int, code: int, killed: bool = False) -> int:
     """A launcher's exit code: 128 + the signal that stopped the run (``first``) when its
-    ranks ended as a stop ends them (torchrun's ``code`` 0, or the signal's own), else the
-    ranks' ``code``: a rank that crashed while stopping is a failure, not an interrupt."""
+    ranks ended as a stop ends them (torchrun's ``code`` 0, or the signal's own, or the
+    SIGKILL the launcher sent them: ``killed``), else the ranks' ``code``: a rank that crashed
+    while stopping is a failure, not an interrupt."""
     if not first:
         return code
     stopped = exit_code(name(first))
-    return stopped if code in (0, stopped, -first) else code
+    return stopped if killed or code in (0, stopped, -first) else code
 
 
 def supervise(
@@ -285,6 +286,7 @@ def supervise(
 
     proc: subprocess.Popen | None = None
     first = 0
+    killed = False
     deadline = float("inf")
 
     def forward(signum: int) -> None:
@@ -295,7 +297,9 @@ def supervise(
         _kill(ranks or [proc.pid], signum)
 
     def kill_tree() -> None:
+        nonlocal killed
         if proc is not None:
+            killed = True
             _kill(tree(proc.pid), signal.SIGKILL)
 
     def newest() -> str:
@@ -346,7 +350,7 @@ def supervise(
                         f"{resume_command(run_dir, modules)}"
                     )
                     deadline = float("inf")
-        return final_code(first, code)
+        return final_code(first, code, killed)
     finally:
         if proc is not None and proc.poll() is None:  # the launcher itself failed: no orphans
             kill_tree()

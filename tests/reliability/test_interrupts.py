@@ -430,6 +430,9 @@ def test_a_launcher_reports_a_rank_that_crashed_while_stopping_as_a_failure():
     assert interrupts.final_code(signal.SIGTERM, 143) == 143
     assert interrupts.final_code(signal.SIGTERM, -signal.SIGTERM) == 143
     assert interrupts.final_code(signal.SIGINT, 1) == 1  # a rank failed while stopping
+    # the launcher itself SIGKILLed them (a second Ctrl-C, or --stop-timeout passing)
+    assert interrupts.final_code(signal.SIGINT, -signal.SIGKILL, killed=True) == 130
+    assert interrupts.final_code(signal.SIGINT, -signal.SIGKILL) == -signal.SIGKILL
 
 
 @pytest.mark.slow

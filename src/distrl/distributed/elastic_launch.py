@@ -142,7 +142,7 @@ def launch(
     ids: dict[int, int] = {}  # slot -> the member id of its process
     done: set[int] = set()
     restarts_left = max_restarts
-    first, deadline = 0, float("inf")
+    first, deadline, killed = 0, float("inf"), False
     failed = 0
     spare: tuple[subprocess.Popen, int] | None = None
     beat_at = 0.0
@@ -184,7 +184,7 @@ def launch(
         return [p.pid for s, p in procs.items() if s not in done and p.poll() is None]
 
     def on_signal(signum: int, frame: object) -> None:
-        nonlocal first, deadline
+        nonlocal first, deadline, killed
         sent = signal.SIGTERM if signum == signal.SIGHUP else signum
         if first == 0:
             first, deadline = sent, time.monotonic() + stop_timeout
@@ -194,6 +194,7 @@ def launch(
             )
             interrupts._kill(live(), sent)
             return
+        killed = True
         interrupts._kill(live(), signal.SIGKILL)
         interrupts._say(
             f"distrl: second {interrupts.name(signum)}: killed the ranks; resume with: "
@@ -213,6 +214,7 @@ def launch(
         while len(done) < nproc:
             time.sleep(0.1)
             if time.monotonic() > deadline:
+                killed = True
                 interrupts._kill(live(), signal.SIGKILL)
                 deadline = float("inf")
             if nodes.count > 1 and time.monotonic() > beat_at:
@@ -245,7 +247,7 @@ def launch(
         if nodes.count > 1:
             _leave(store, nodes)
         if first:  # a stop: its code, unless a slot failed while stopping
-            return interrupts.final_code(first, failed)
+            return interrupts.final_code(first, failed, killed)
         if result:
             return 0  # the members finished the run (and its writer saved it), whoever was lost
         return failed or 1

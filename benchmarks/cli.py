@@ -19,6 +19,7 @@ from benchmarks.project import ProjectArgs, project_cmd
 from benchmarks.roofline import RooflineArgs, roofline
 from benchmarks.scaling import ScalingArgs, scaling
 from benchmarks.selfplay import SelfPlayArgs, selfplay
+from benchmarks.sinks import SinksArgs, sinks
 from benchmarks.solve import SolveArgs, solve
 from benchmarks.straggler import StragglerArgs, straggler
 from benchmarks.throughput import ThroughputArgs, throughput
@@ -44,6 +45,8 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   roofline     one iteration against the machine's matmul limit at its exact GEMM shapes, by phase
   cluster      nodes in network namespaces on rate-limited links (root): all-reduce vs the
                alpha-beta model per link rate and past W=2; routing-table weight sync vs naive
+  sinks        a parameter server's sink nodes against the flat server on the testbed (root):
+               bytes between machines per update, iteration time, 2 and 4 machines
 """
 
 COMMANDS: dict[str, tuple[type, Callable]] = {
@@ -61,6 +64,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "offpolicy": (OffPolicyArgs, offpolicy),
     "pbt": (PBTBenchArgs, pbt),
     "selfplay": (SelfPlayArgs, selfplay),
+    "sinks": (SinksArgs, sinks),
     "roofline": (RooflineArgs, roofline),
     "cluster": (ClusterArgs, cluster),
 }

@@ -227,6 +227,11 @@ class PSConfig:
     and the late ones of that round are dropped (counted in dist/dropped)."""
     staleness_lr: bool = False
     """ps-asp: scale each step's learning rate by 1 / (staleness + 1)."""
+    group_size: int = 0
+    """Sink nodes (ps-*): ranks in groups of this many consecutive ranks; rank 0's group talks to
+    the server directly, and the first rank of every other group is a sink node that closes
+    its group's rounds and talks to the server for it (one gradient up, one set of parameters
+    down). Set it to the processes per machine (--nproc) for one sink per machine; 0: none."""
 
 
 @dataclass(frozen=True)
@@ -518,6 +523,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if ps.staleness < 1:
         errors.append(f"--dist.ps.staleness must be 1 or more, got {ps.staleness}; 1 = BSP")
     _positive(errors, "--dist.ps.lifetime", ps.lifetime, "use e.g. 5 (seconds)")
+    if ps.group_size == 1 or ps.group_size < 0:
+        errors.append(
+            f"--dist.ps.group-size must be 0 (no sink nodes) or 2 or more (a sink and its "
+            f"workers), got {ps.group_size}"
+        )
     _positive(errors, "--dist.learners", cfg.dist.learners, "use e.g. 1")
     if cfg.dist.max_policy_lag < 0:
         errors.append(f"--dist.max-policy-lag must be 0 or more, got {cfg.dist.max_policy_lag}")

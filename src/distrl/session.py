@@ -245,6 +245,9 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
                 f"{cfg.env.num_envs} envs on {ctx.device} ({ctx.backend or 'single process'}, "
                 f"strategy {strategy.name}) | run dir {run_dir}"
             )
+            tree = getattr(strategy, "tree", None)  # a parameter server's sink nodes
+            if tree is not None and tree.sinks:
+                tel.message(f"{strategy.name}: {tree.describe()}")
             if cfg.agent.lr_schedule == "adaptive":  # not Stable-Baselines3's constant: say so
                 a = cfg.agent
                 tel.message(

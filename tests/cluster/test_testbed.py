@@ -314,3 +314,32 @@ def test_testbed_is_removed_on_error_and_leftovers_are_swept():
     finally:
         subprocess.run(["ip", "netns", "del", stale], capture_output=True)
     assert stale not in testbed._netns_list()
+
+
+@pytest.mark.long  # 2 nodes x 3 processes, twice, and a 5-rank reference: ~50 s
+@pytest.mark.timeout(400)
+def test_sink_nodes_on_two_machines_equal_flat_bsp_and_cut_the_bytes_between_them(tmp_path):
+    """ps-bsp with one sink per machine (--dist.ps.group-size 3 on 2 machines x 3 processes)
+    ends where the flat server with the same 4 workers on one machine does, and sends about a
+    third of the flat server's bytes between the machines per update (one gradient up and one
+    set of parameters down for machine 1 instead of three)."""
+    from benchmarks.sinks import run_arm
+
+    got = {}
+    for arm, group in (("sinks", 3), ("flat", 0)):
+        with Testbed(nodes=2, rate_mbit=1000) as tb:
+            got[arm] = run_arm(tb, 3, group, 4, tmp_path / arm, timeout=200)
+    assert got["sinks"]["workers"] == 4 and got["flat"]["workers"] == 5, got
+    ratio = got["sinks"]["bytes_per_update"] / got["flat"]["bytes_per_update"]
+    assert ratio < 0.5, got
+    reference = [
+        str(BIN / "distrl"), "train", "cartpole", "--nproc", "5", "--dist.strategy", "ps-bsp",
+        "--env.num-envs", "8", "--agent.num-steps", "16", "--agent.max-iterations", "4",
+        "--threads", "1", "--progress", "False", "--tensorboard", "False", "--seed", "7",
+        "--run-dir", str(tmp_path / "reference"),
+    ]  # fmt: skip
+    code = subprocess.run(reference, env=cli_env(), capture_output=True, text=True)
+    assert code.returncode == 0, code.stderr[-3000:]
+    a, b = final_state(tmp_path / "sinks", 4, 6), final_state(tmp_path / "reference", 4, 5)
+    worst = max(float((a["policy"][k] - b["policy"][k]).abs().max()) for k in a["policy"])
+    assert worst <= 1e-5, f"max |sinks on 2 machines - flat on 1| = {worst}"

@@ -262,6 +262,16 @@ class Testbed:
         (no reset reaches either end, as when a cable is pulled)."""
         _sh("ip", "-n", self.switch, "link", "set", node.switch_port, "up" if up else "down")
 
+    def link_bytes(self, node: Node) -> int:
+        """Bytes ``node`` has sent and received on its link so far: what crossed between
+        machines (its ranks talk among themselves over loopback)."""
+        stats = "/sys/class/net/{}/statistics/{}_bytes"
+        total = 0
+        for way in ("tx", "rx"):
+            r = _sh("ip", "netns", "exec", node.netns, "cat", stats.format(node.ifname, way))
+            total += int(r.stdout.strip())
+        return total
+
     # ---- processes -------------------------------------------------------------------------
     def command(self, node: Node, cmd: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", node.netns, *cmd]

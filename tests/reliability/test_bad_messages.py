@@ -190,7 +190,7 @@ def test_a_statistics_row_of_another_layout_drops_its_sender_not_the_server():
     from distrl.distributed.ps_server import PSServer
 
     layout = StatsLayout((("batch", (3,)),), (("window", (2,)),))  # 3 sums, 5 words a row
-    server = SimpleNamespace(num_grad=4, layout=layout)
+    server = SimpleNamespace(num_grad=4, layout=layout, sinks={})
     head = lambda nsums: WorkerHeader(  # noqa: E731
         1, sender=1, version=0, iteration=1, samples=0, part=0, parts=1, nsums=nsums, length=0
     )
@@ -198,3 +198,33 @@ def test_a_statistics_row_of_another_layout_drops_its_sender_not_the_server():
     why = PSServer._check(server, head(3), torch.zeros(12))  # type: ignore[arg-type]
     assert why == "statistics of 3 sums in 12 words, not 3 in 10"
     assert PSServer._check(server, head(2), torch.zeros(10)) is not None  # type: ignore[arg-type]
+
+
+def test_a_sink_nodes_stacked_rows_of_other_ranks_or_sizes_drop_the_sink():
+    """A sink's statistics are its workers' rows after their ranks: rows of ranks that are not
+    its workers, repeated, out of order or of another size drop it by name."""
+    from types import SimpleNamespace
+
+    from distrl.distributed.base import StatsLayout
+    from distrl.distributed.ps_server import PSServer
+    from distrl.distributed.ps_sink import stack_rows
+    from distrl.distributed.transport import pack64
+
+    layout = StatsLayout((("batch", (3,)),), (("window", (2,)),))  # 3 sums, 5 words a row
+    server = SimpleNamespace(num_grad=4, layout=layout, sinks={3: [4, 5]})
+    server._rows = lambda *a: PSServer._rows(server, *a)  # type: ignore[arg-type]
+    head = WorkerHeader(
+        1, sender=3, version=0, iteration=1, samples=0, part=0, parts=1, nsums=3, length=0
+    )
+    row = torch.arange(5, dtype=torch.float64)
+
+    def check(payload: torch.Tensor) -> str | None:
+        return PSServer._check(server, head, pack64(payload))  # type: ignore[arg-type]
+
+    assert check(stack_rows({4: row, 5: row + 1})) is None
+    rows, _ = PSServer._rows(server, 3, 3, pack64(stack_rows({5: row})))  # type: ignore[arg-type]
+    assert list(rows) == [5] and torch.equal(rows[5], row)
+    assert "not of its workers [4, 5]" in str(check(stack_rows({4: row, 6: row})))
+    assert "not of its workers" in str(check(torch.cat([torch.tensor([5.0, 4.0]), row, row])))
+    assert "not of its workers" in str(check(torch.cat([torch.tensor([4.0, 4.0]), row, row])))
+    assert "not rows of 5 under a rank" in str(check(torch.cat([torch.tensor([4.0]), row, row])))

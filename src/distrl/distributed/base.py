@@ -55,14 +55,15 @@ if TYPE_CHECKING:
 
 
 COLLECT_AND_LEARN, SERVE, LEARN_FROM_ACTORS, ACT = "collect_and_learn", "serve", "learn", "act"
-LOOPS = (COLLECT_AND_LEARN, SERVE, LEARN_FROM_ACTORS, ACT)
+RELAY = "relay"
+LOOPS = (COLLECT_AND_LEARN, SERVE, LEARN_FROM_ACTORS, ACT, RELAY)
 
 
 @dataclass(frozen=True)
 class Role:
     """What this rank does each iteration: the role loop it runs (``runner/roles.py``). A rank
     whose loop is not ``collect_and_learn`` talks to its peers through its strategy object, which
-    is then its link (``ServerLink``, ``LearnerLink``, ``ActorLink``)."""
+    is then its link (``ServerLink``, ``LearnerLink``, ``ActorLink``, ``SinkLink``)."""
 
     loop: str = COLLECT_AND_LEARN
     remote_rollouts: int = 0
@@ -337,6 +338,19 @@ class ServerLink(Protocol):
     def release(self) -> list[str]:
         """After the loop: what is left to say, then the dropped workers are told to leave
         (one line each for any that did not)."""
+        ...
+
+
+class SinkLink(Protocol):
+    """A parameter server's sink node (``runner.roles.relay``): a server to its workers, one
+    peer of the server."""
+
+    def relay(self, start_iteration: int, layout: StatsLayout | None = None) -> None:
+        """Close its workers' rounds and pass them up, pass the server's messages down, until
+        the server says goodbye; ``layout``: what every statistics row must hold."""
+
+    def release(self) -> list[str]:
+        """After the loop: what is left to say, then its dropped workers are told to leave."""
         ...
 
 

@@ -158,12 +158,16 @@ class Coordinator:
         rule (its sender is dropped)."""
         t0 = time.perf_counter()
         got = self.inbox.get(timeout)
-        now = time.perf_counter()
-        self.wait += now - t0
+        self.wait += time.perf_counter() - t0
         if got is None:
             self.drop_silent(self.live - self.done if suspects is None else suspects)
             return None
-        peer, msg = got
+        return self.accept(*got)
+
+    def accept(self, peer: int, msg: torch.Tensor | Exception) -> Message | None:
+        """What ``receive`` makes of one message its inbox got from ``peer`` (for a side that
+        waits on its inbox's queue itself: a sink node)."""
+        now = time.perf_counter()
         if isinstance(msg, Exception):
             self.drop(peer, f"its connection failed: {first_line(msg)}")
             return None
@@ -331,7 +335,11 @@ class Peer:
                 f"{self.label}: nothing from {names} for {wait:g} s (2 x --dist.timeout + 5); "
                 f"it died or stalled"
             )
-        coordinator, msg = got
+        return self.accept(*got)
+
+    def accept(self, coordinator: int, msg: torch.Tensor | Exception) -> tuple[int, torch.Tensor]:
+        """One message its inbox got from ``coordinator``; a failed connection raises
+        ``PeerFailure`` naming it."""
         if isinstance(msg, Exception):
             raise PeerFailure(
                 f"{self.label}: lost {self.name_of(coordinator)}: {first_line(msg)}"

@@ -3,7 +3,10 @@
 of gradients (BSP, BAP) or applies each as it comes (ASP), decides and steps, answers the
 statistics messages, and yields an event per iteration every live worker completed and per
 checkpoint whose states have all arrived (``runner.roles.serve`` records and saves them). The
-scheme is ``param_server.py``'s."""
+scheme is ``param_server.py``'s. Its peers are workers, or sink nodes that speak for their
+workers (``ps_sink.py``): a sink's gradient is its workers' mean over their summed samples, its
+statistics message their rows stacked under their ranks, its state message their states by
+rank."""
 
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ from distrl.distributed.param_server import (
     STATS,
     STATS_REPLY,
     PSRank,
+    mean_gradient,
+    worker_message_error,
 )
 from distrl.distributed.peers import Coordinator, PeerLost
 from distrl.distributed.transport import from_bytes_payload, pack64, unpack64
@@ -53,10 +58,11 @@ class PSServer(PSRank):
 
     def start(self) -> None:
         self.lr = float(self.learner.optimizer.param_groups[0]["lr"])  # what the server logs
+        self.sinks = {s: self.tree.members(s) for s in self.tree.sinks}
         self.peers = Coordinator(
             title="parameter server",
-            noun="worker",
-            peers=self.workers,
+            noun="peer" if self.sinks else "worker",
+            peers=self.tree.server_peers,
             header=WorkerHeader,
             kinds=(STATS, GRAD, STATE, DONE),
             done_kind=DONE,
@@ -72,26 +78,46 @@ class PSServer(PSRank):
         raise TypeError("the parameter server steps in serve(), on its workers' gradients")
 
     def _check(self, head: WorkerHeader, payload: torch.Tensor) -> str | None:
-        n = self.num_grad + 6
-        if head.kind == GRAD and payload.numel() != n:
-            return f"a gradient of {payload.numel()} words, not {n}"
-        if head.kind == STATS and not 0 < 2 * head.nsums <= payload.numel():
-            return f"statistics of {head.nsums} sums in {payload.numel()} words"
-        layout = self.layout
-        if head.kind == STATS and layout is not None:
-            want = (layout.num_sums, 2 * layout.numel)
-            if (head.nsums, payload.numel()) != want:
-                return (
-                    f"statistics of {head.nsums} sums in {payload.numel()} words, not "
-                    f"{want[0]} in {want[1]}"
-                )
-        return None
+        if head.kind == STATS and head.sender in self.sinks:
+            return self._rows(head.sender, head.nsums, payload)[1]
+        return worker_message_error(head.kind, head.nsums, payload, self.num_grad, self.layout)
 
-    def _on_drop(self, worker: int, why: str) -> None:
+    def _rows(
+        self, peer: int, nsums: int, payload: torch.Tensor
+    ) -> tuple[dict[int, torch.Tensor], str | None]:
+        """A statistics message's rows by worker rank: a worker's own row, or a sink's rows,
+        stacked after their ranks (``ps_sink.stack_rows``); else ({}, why it cannot be
+        used)."""
+        if peer not in self.sinks:
+            return {peer: unpack64(payload)}, None
+        layout, words = self.layout, payload.numel()
+        width = layout.numel if layout is not None else 0
+        if layout is not None and nsums != layout.num_sums:
+            return {}, f"statistics of {nsums} sums, not {layout.num_sums}"
+        if not width or words % (2 * (width + 1)) or not words:
+            return {}, f"stacked statistics of {words} words, not rows of {width} under a rank"
+        flat = unpack64(payload)
+        k = flat.numel() // (width + 1)
+        ranks = [int(r) for r in flat[:k].tolist()]
+        if ranks != sorted(set(ranks)) or not set(ranks) <= set(self.sinks[peer]):
+            return {}, f"statistics of ranks {ranks}, not of its workers {self.sinks[peer]}"
+        rows = flat[k:].reshape(k, width)
+        return dict(zip(ranks, rows, strict=True)), None
+
+    def live_workers(self) -> set[int]:
+        """Every worker that still counts: the server's own live workers, and each live
+        sink's (those whose rows it sent last)."""
+        out: set[int] = set()
+        for p in self.peers.live:
+            out |= set(self.sinks[p]) if p in self.sinks else {p}
+        return out
+
+    def _on_drop(self, peer: int, why: str) -> None:
         if self.mode == "bsp":
+            who = f"sink node rank {peer}" if peer in self.sinks else f"worker rank {peer}"
             raise PeerFailure(
-                f"rank 0/{self.world_size} (parameter server, ps-bsp): worker rank {worker} "
-                f"lost at iteration {self.peers.completed.get(worker, 0)}: {why}. BSP needs "
+                f"rank 0/{self.world_size} (parameter server, ps-bsp): {who} "
+                f"lost at iteration {self.peers.completed.get(peer, 0)}: {why}. BSP needs "
                 f"every worker; ps-asp and ps-bap go on without it"
             )
 
@@ -146,15 +172,16 @@ class PSServer(PSRank):
         counts; a dropped worker's windows no longer count)."""
         self.on_stats, self.should_stop, self.layout = on_stats, should_stop, layout
         peers = self.peers
-        peers.completed = dict.fromkeys(self.workers, start_iteration)
+        peers.completed = dict.fromkeys(peers.peers, start_iteration)
         peers.heard_now()
         self.rounds: dict[int, _Round] = {}
-        self.next_round = dict.fromkeys(self.workers, 0)  # per worker: its next round
+        self.next_round = dict.fromkeys(peers.peers, 0)  # per peer: its next round
         self.closed = 0  # rounds < closed are finished (BSP/BAP)
-        self.stats_round: dict[int, tuple[torch.Tensor, int]] = {}
-        self.pending: dict[int, torch.Tensor] = {}  # async: sums not yet sent to each worker
-        self.states: dict[int, dict[int, Any]] = {}
-        self.latest: dict[int, Any] = {}  # each worker's newest state
+        # per peer: its statistics rows of this round by worker rank, and their sums' length
+        self.stats_round: dict[int, tuple[dict[int, torch.Tensor], int]] = {}
+        self.pending: dict[int, torch.Tensor] = {}  # async: sums not yet sent to each peer
+        self.states: dict[int, dict[int, dict[int, Any]]] = {}  # iteration -> peer -> by rank
+        self.latest: dict[int, dict[int, Any]] = {}  # each peer's newest states, by rank
         self.iteration = start_iteration
         self.acc = self._fresh()
         while peers.live - peers.done:
@@ -207,8 +234,13 @@ class PSServer(PSRank):
             yield from self._catch_up()
             self._on_stats(worker, payload, nsums=head.nsums)
         elif head.kind == STATE:
-            state = self.latest[worker] = from_bytes_payload(payload)
-            self.states.setdefault(head.iteration, {})[worker] = state
+            state = from_bytes_payload(payload)
+            by_rank = self._states_of(worker, state)
+            if by_rank is None:
+                self.peers.drop(worker, "it sent a state message that is not its workers' states")
+                return
+            self.latest[worker] = by_rank
+            self.states.setdefault(head.iteration, {})[worker] = by_rank
             yield from self._maybe_checkpoint()
         elif head.kind == DONE:
             self.peers.completed[worker] = head.iteration
@@ -234,35 +266,57 @@ class PSServer(PSRank):
             have = self.states[it]
             stand_in = {w: self.latest[w] for w in live & done if w not in have}
             if set(have) | set(stand_in) >= live:
-                yield ServerEvent("checkpoint", it, states=stand_in | self.states.pop(it))
+                states: dict[int, Any] = {}
+                for by_rank in (stand_in | self.states.pop(it)).values():
+                    states |= by_rank
+                yield ServerEvent("checkpoint", it, states=states)
+
+    def _states_of(self, peer: int, state: Any) -> dict[int, Any] | None:
+        """A state message's states by rank: a worker's own, or a sink's workers' (a dict by
+        rank, of its workers only); None when a sink's is not that."""
+        if peer not in self.sinks:
+            return {peer: state}
+        if not isinstance(state, dict) or not set(state) <= set(self.sinks[peer]):
+            return None
+        return dict(state)
 
     # ---- statistics --------------------------------------------------------------------------
-    def _on_stats(self, worker: int, payload: torch.Tensor, nsums: int) -> None:
-        row = unpack64(payload)
+    @staticmethod
+    def _sum_rows(rows: dict[int, torch.Tensor], nsums: int) -> torch.Tensor:
+        """The rows' sums, added in rank order (as an all-gather's are)."""
+        ranks = sorted(rows)
+        total = rows[ranks[0]][:nsums].clone()
+        for r in ranks[1:]:
+            total += rows[r][:nsums]
+        return total
+
+    def _on_stats(self, peer: int, payload: torch.Tensor, nsums: int) -> None:
+        rows, _ = self._rows(peer, nsums, payload)  # (checked when it arrived)
+        if peer in self.sinks:
+            self.sinks[peer] = sorted(rows)  # the workers it still speaks for
         if self.mode == "bsp":
-            self.stats_round[worker] = (row, nsums)
+            self.stats_round[peer] = (rows, nsums)
             self._maybe_reply_stats()
             return
-        sums, live = row[:nsums], self.peers.live
-        self.on_stats(sums, {worker: row}, live)
+        sums, live = self._sum_rows(rows, nsums), self.peers.live
+        self.on_stats(sums, rows, self.live_workers())
         for w in live:
             self.pending[w] = self.pending[w] + sums if w in self.pending else sums.clone()
-        reply, self.pending[worker] = self.pending[worker], torch.zeros_like(sums)
-        self._send_each([worker], STATS_REPLY, pack64(reply), self._stats_decision())
+        reply, self.pending[peer] = self.pending[peer], torch.zeros_like(sums)
+        self._send_each([peer], STATS_REPLY, pack64(reply), self._stats_decision())
 
     def _maybe_reply_stats(self) -> None:
         waiting = self.peers.live - self.peers.done
         if self.mode != "bsp" or not self.stats_round or set(self.stats_round) < waiting:
             return
-        workers = sorted(self.stats_round)
-        nsums = self.stats_round[workers[0]][1]
-        total = self.stats_round[workers[0]][0][:nsums].clone()
-        for w in workers[1:]:
-            total += self.stats_round[w][0][:nsums]
-        self.on_stats(total, {w: self.stats_round[w][0] for w in workers}, self.peers.live)
+        peers = sorted(self.stats_round)
+        nsums = self.stats_round[peers[0]][1]
+        rows = {r: row for p in peers for r, row in self.stats_round[p][0].items()}
+        total = self._sum_rows(rows, nsums)
+        self.on_stats(total, rows, self.live_workers())
         decision = self._stats_decision()  # one answer for the round: every worker stops alike
         self.stats_round = {}
-        self._send_each(workers, STATS_REPLY, pack64(total), decision)
+        self._send_each(peers, STATS_REPLY, pack64(total), decision)
 
     def _stats_decision(self) -> Decision | None:
         """A statistics reply says 'stop' once the server's algorithm stopped early (its view
@@ -305,18 +359,7 @@ class PSServer(PSRank):
             if rnd is None or not rnd.grads:
                 continue
             workers = sorted(rnd.grads)
-            counts = [rnd.grads[w][1] for w in workers]
-            flat = rnd.grads[workers[0]][0].clone()
-            if len(set(counts)) == 1:  # equal samples: sum then divide, as allreduce does
-                for w in workers[1:]:
-                    flat += rnd.grads[w][0]
-                if len(workers) > 1:
-                    flat.div_(len(workers))
-            else:  # sample-weighted mean
-                flat.mul_(counts[0])
-                for w, c in zip(workers[1:], counts[1:], strict=True):
-                    flat.add_(rnd.grads[w][0], alpha=c)
-                flat.div_(sum(counts))
+            flat = mean_gradient([rnd.grads[w][:2] for w in workers])
             for w in workers:
                 self.acc["staleness"].append(self.version - rnd.grads[w][2])
             decision = self._decide(flat)
@@ -363,7 +406,7 @@ class PSServer(PSRank):
             "dist/staleness_max": max(st) if st else 0,
             "dist/dropped": acc["dropped"],
             "dist/server_wait": self.peers.wait,
-            "dist/workers": len(self.peers.live),
+            "dist/workers": len(self.live_workers()),
             "time/iteration": now - acc["t0"],
         }
         if self.peers.messages:

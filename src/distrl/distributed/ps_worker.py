@@ -45,15 +45,17 @@ class PSWorker(PSRank):
         self._iteration = 0  # the iteration this worker is in (set by heartbeat)
 
     def start(self) -> None:
+        up = self.up = self.tree.parent(self.rank)  # the server, or this rank's sink node
         size = ServerHeader.size() + self.capacity
-        inbox = Inbox([SERVER], size, BYE, receiver(size, lambda s: self.pair(self.rank)))
+        inbox = Inbox([up], size, BYE, receiver(size, lambda c: self.pair(self.rank, c)))
+        named = "the parameter server (rank 0)" if up == SERVER else f"its sink node (rank {up})"
         self.peer = Peer(
             label=f"rank {self.rank}/{self.world_size}",
-            name_of=lambda s: "the parameter server (rank 0)",
-            coordinators=[SERVER],
+            name_of=lambda c: named,
+            coordinators=[up],
             inbox=inbox,
             capacity=self.capacity,
-            group_of=lambda s: self.pair(self.rank),
+            group_of=lambda c: self.pair(self.rank, c),
             timeout=self.timeout,
             rank=self.rank,
         )
@@ -74,7 +76,7 @@ class PSWorker(PSRank):
                 length=length,
             )
 
-        self.comm_time += self.peer.send(SERVER, header, payload)
+        self.comm_time += self.peer.send(self.up, header, payload)
 
     # ---- from the server ---------------------------------------------------------------------
     def _receive(self, want: int) -> tuple[ServerHeader, torch.Tensor]:

@@ -26,8 +26,9 @@ from distrl.distributed.allreduce import AllReduceStrategy
 from distrl.distributed.base import Strategy
 from distrl.distributed.context import DistContext
 from distrl.distributed.learner import Learner
-from distrl.distributed.param_server import SERVER
+from distrl.distributed.param_server import SERVER, Tree, tree_error
 from distrl.distributed.ps_server import PSServer
+from distrl.distributed.ps_sink import PSSink
 from distrl.distributed.ps_worker import PSWorker
 
 # What a strategy may give an algorithm; an algorithm's needs name these (runner/algorithms.py).
@@ -95,6 +96,8 @@ class StrategySpec:
     collectors: Callable[[DistConfig, int], int] = lambda d, world: world
     """How many of ``world`` ranks collect env steps (its sides' ``num_collectors``), known
     before any rank starts: what a schedule in env steps counts in iterations."""
+    fits: Callable[[DistConfig, int], str | None] = lambda d, world: None
+    """Why its options do not fit ``world`` ranks beyond their number (None: they do)."""
 
 
 _EPISODES_LA = (
@@ -114,6 +117,9 @@ _UNAGREED = "each worker's statistics reach the server alone; the workers do not
 
 
 def _ps_too_few(d: DistConfig, world: int) -> str:
+    why = tree_error(d.ps.group_size, world)
+    if why:
+        return why
     return (
         f"--dist.strategy {d.strategy} needs at least 2 processes (rank 0 serves the "
         f"parameters, the others collect and compute gradients), got {world}; use e.g. "
@@ -147,13 +153,20 @@ def _elastic(ctx: DistContext, cfg: TrainConfig) -> Strategy:
 
 def _ps(mode: str, options: tuple[str, ...] = (), agreed: bool = True) -> StrategySpec:
     def build(ctx: DistContext, cfg: TrainConfig) -> Strategy:
-        side = PSServer if ctx.rank == SERVER else PSWorker
+        sinks = Tree(ctx.world_size, cfg.dist.ps.group_size).sinks
+        side = PSServer if ctx.rank == SERVER else PSSink if ctx.rank in sinks else PSWorker
         return side(ctx, cfg, mode)
 
     lacks = {STATS_WHERE_WEIGHTS: _POPART_PS, WHOLE_LEARNER: _LEARNER_PS}
     lacks |= {} if agreed else {AGREED_STATS: _UNAGREED}
     return StrategySpec(
-        build, options, lacks, lambda d: 2, _ps_too_few, collectors=lambda d, world: world - 1
+        build,
+        (*options, "ps.group_size"),
+        lacks,
+        lambda d: max(2, 2 * d.ps.group_size),
+        _ps_too_few,
+        collectors=lambda d, world: len(Tree(world, d.ps.group_size).workers),
+        fits=lambda d, world: tree_error(d.ps.group_size, world),
     )
 
 
@@ -207,17 +220,16 @@ def check_strategy(cfg: TrainConfig, world_size: int) -> None:
     name = cfg.dist.strategy
     spec = strategy_spec(name)
     defaults = DistConfig()
-    foreign = [
-        (opt, other)
-        for other, s in STRATEGIES.items()
-        if other != name
-        for opt in s.options
-        if opt not in spec.options and _get(cfg.dist, opt) != _get(defaults, opt)
-    ]
+    foreign: dict[str, list[str]] = {}  # option -> the strategies that read it
+    for other, s in STRATEGIES.items():
+        for opt in s.options:
+            moved = _get(cfg.dist, opt) != _get(defaults, opt)
+            if other != name and opt not in spec.options and moved:
+                foreign.setdefault(opt, []).append(other)
     if foreign:
         given = ", ".join(
-            f"--dist.{opt.replace('_', '-')} {_get(cfg.dist, opt)!r} (read by {other})"
-            for opt, other in foreign
+            f"--dist.{opt.replace('_', '-')} {_get(cfg.dist, opt)!r} (read by {', '.join(by)})"
+            for opt, by in foreign.items()
         )
         raise ValueError(
             f"--dist.strategy {name} does not read {given}; drop the option or pick the "
@@ -236,6 +248,9 @@ def check_strategy(cfg: TrainConfig, world_size: int) -> None:
     need = spec.min_world(cfg.dist)
     if world_size < need:
         raise ValueError(spec.too_few(cfg.dist, world_size))
+    why = spec.fits(cfg.dist, world_size)
+    if why:
+        raise ValueError(why)
 
 
 def collectors(cfg: TrainConfig) -> int:

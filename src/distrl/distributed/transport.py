@@ -74,7 +74,8 @@ class Inbox:
     queue as ``(peer, message)``, or ``(peer, exception)`` when the peer's connection fails. A
     thread ends after its peer's ``last_kind`` message (an int or a tuple of kinds).
     ``receive(peer)`` replaces the fixed-size ``recv`` where one message is several receives
-    (the learner-actor weight chunks)."""
+    (the learner-actor weight chunks). ``into``: a queue shared with another inbox, so that one
+    wait covers both (a sink node's workers and its server)."""
 
     def __init__(
         self,
@@ -82,8 +83,9 @@ class Inbox:
         size: int,
         last_kind: int | tuple[int, ...],
         receive: Callable[[int], torch.Tensor] | None = None,
+        into: queue.Queue | None = None,
     ):
-        self.queue: queue.Queue = queue.Queue()
+        self.queue: queue.Queue = queue.Queue() if into is None else into
         last = last_kind if isinstance(last_kind, tuple) else (last_kind,)
         recv = receive or (lambda peer: _recv_fixed(peer, size, None))
         for peer in peers:

@@ -491,7 +491,7 @@ def compatibility_matrix() -> str:
             if algorithm.ignores:
                 flags = ", ".join("--" + o.replace("_", "-") for o in algorithm.ignores)
                 lines += wrapped(f"{algorithm.name}: {flags}", "  ")
-    lines.append("Options only one strategy reads (refused under another):")
+    lines.append("Options only some strategies read (refused under the others):")
     for name, spec in STRATEGIES.items():
         if spec.options:
             flags = ", ".join("--dist." + o.replace("_", "-") for o in spec.options)

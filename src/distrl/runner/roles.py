@@ -19,6 +19,8 @@ role                   who                                 its link (the strateg
                                                             out, the actors' checkpoint states
 ``act``                learner-actor's actors               ``ActorLink``: weights in, rollouts
                                                             and checkpoint states out
+``relay``              a parameter server's sink nodes      ``SinkLink``: its workers' rounds up,
+                       (``--dist.ps.group-size``)           the server's messages down
 =====================  =================================  ======================================
 
 The strategy says which role a rank plays (``strategy.role``, a ``distributed.base.Role``) and
@@ -33,10 +35,12 @@ from typing import TYPE_CHECKING, Any, cast
 from distrl.distributed.base import (
     ACT,
     LEARN_FROM_ACTORS,
+    RELAY,
     SERVE,
     ActorLink,
     LearnerLink,
     ServerLink,
+    SinkLink,
 )
 from distrl.distributed.liveness import PeerFailure
 
@@ -53,6 +57,8 @@ def run(runner: Runner) -> dict[str, Any]:
         return learn_from_actors(runner, cast(LearnerLink, strategy))
     if loop == ACT:
         return act(runner, cast(ActorLink, strategy))
+    if loop == RELAY:
+        return relay(runner, cast(SinkLink, strategy))
     return collect_and_learn(runner)
 
 
@@ -119,6 +125,15 @@ def serve(runner: Runner, link: ServerLink) -> dict[str, Any]:
     for text in link.release():
         runner.message(text)
     return record
+
+
+def relay(runner: Runner, link: SinkLink) -> dict[str, Any]:
+    """A sink node: its workers' rounds go up as one, the server's answers come down to each,
+    until the server says goodbye. It records nothing: the server records every iteration."""
+    link.relay(runner.iteration, runner.stats_layout)
+    for text in link.release():
+        runner.message(text)
+    return {}
 
 
 def learn_from_actors(runner: Runner, link: LearnerLink) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Does it learn? The default cartpole config reaches Gymnasium's solved threshold (475) on one
 process (two ranks and the other strategies: tests/distributed/test_matrix.py), and pendulum
-learns its swing-up. Marked slow; it still fits CI's budget (~15 s each)."""
+learns its swing-up, and DQN with n-step returns and prioritized replay learns cartpole. Marked
+slow; it still fits CI's budget (~15 s each; the long ones more)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,22 @@ def test_memory_task_needs_memory(tmp_path):
 
     assert train("lstm") >= 475.0
     assert train("none") < 100.0
+
+
+@pytest.mark.long  # ~40 s on one thread
+def test_dqn_with_n_step_returns_and_prioritized_replay_learns_cartpole(tmp_path):
+    """DQN's cartpole defaults with --offpolicy.n-step 3 --offpolicy.prioritized True, stopped
+    after 96 of its 391 iterations (24,576 env steps; the schedules still run to 391, as in the
+    full run). Measured with seeds 1 and 2: the exploring policy's mean return passed 100 at
+    17,408 and 16,640 env steps, 200 at 29,184 and 30,976; plain DQN passed 100 at 72,448 and
+    34,304 (seed 3: never in 100k). A random policy scores about 22."""
+    run_dir = tmp_path / "dqn"
+    cmd = [sys.executable, "-m", "distrl.cli", "train", "cartpole", "--algorithm", "dqn"]
+    cmd += ["--offpolicy.n-step", "3", "--offpolicy.prioritized", "True"]
+    cmd += ["--agent.stop-at", "96", "--run-dir", str(run_dir), "--seed", "1"]
+    cmd += ["--threads", "1", "--progress", "False", "--tensorboard", "False"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert records[-1]["env_steps"] == 96 * 256 and 0.4 < records[-1]["replay/beta"] < 1.0
+    assert best_return(run_dir) >= 100.0

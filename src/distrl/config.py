@@ -123,6 +123,20 @@ class OffPolicyConfig:
     save_replay: bool = True
     """Write each rank's replay into the checkpoints, so that a resume continues bit for bit;
     off for huge buffers (a resume then refills it, and says so)."""
+    n_step: int = 1
+    """dqn, sac, td3: the replay holds n-step transitions, the discounted sum of up to n rewards
+    and the observation n steps later (or where the episode ended first), and the target
+    bootstraps with gamma^m, m the steps summed. 1: one-step transitions."""
+    prioritized: bool = False
+    """dqn: sample the replay in proportion to each transition's |TD error|^alpha (Schaul et al.
+    2016) and weight each sample's loss by its importance-sampling correction."""
+    priority_alpha: float = 0.6
+    """dqn, prioritized: the exponent of the priorities (0: uniform sampling)."""
+    priority_beta: float = 0.4
+    """dqn, prioritized: the importance-sampling exponent at the start, annealed linearly to 1
+    over the run (--agent.max-iterations)."""
+    priority_eps: float = 1e-6
+    """dqn, prioritized: added to |TD error| so that no transition's priority is 0."""
 
 
 @dataclass(frozen=True)
@@ -592,6 +606,24 @@ def _validate_offpolicy(errors: list[str], o: OffPolicyConfig) -> None:
         errors.append("--offpolicy.tau 0 never moves the target networks; use e.g. 0.005, or 1.0")
     if o.alpha is not None:
         _non_negative(errors, "--offpolicy.alpha", o.alpha, "or leave it unset to learn it")
+    _positive(errors, "--offpolicy.n-step", o.n_step, "use 1 (one-step) or more")
+    _validate_priorities(errors, o)
+
+
+def _validate_priorities(errors: list[str], o: OffPolicyConfig) -> None:
+    """The prioritized replay's numbers, refused when set without --offpolicy.prioritized (they
+    would change nothing)."""
+    defaults = OffPolicyConfig()
+    for name in ("priority_alpha", "priority_beta", "priority_eps"):
+        if not o.prioritized and getattr(o, name) != getattr(defaults, name):
+            flag = "--offpolicy." + name.replace("_", "-")
+            errors.append(
+                f"{flag} has no effect without --offpolicy.prioritized; add it, or drop {flag}"
+            )
+    _non_negative(errors, "--offpolicy.priority-alpha", o.priority_alpha, "e.g. 0.6")
+    if not 0.0 <= o.priority_beta <= 1.0:
+        errors.append(f"--offpolicy.priority-beta must lie in [0, 1], got {o.priority_beta}")
+    _positive(errors, "--offpolicy.priority-eps", o.priority_eps, "e.g. 1e-6")
 
 
 def _validate_nodes(errors: list[str], cfg: TrainConfig) -> None:

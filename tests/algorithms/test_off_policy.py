@@ -202,6 +202,43 @@ def test_resume_continues_bit_for_bit_with_the_replay(algorithm, tmp_path, capsy
         assert replay["size"] == 40 and replay["obs"].shape[0] == 40
 
 
+N_STEP_PRIORITIZED = ("--offpolicy.n-step", "3", "--offpolicy.prioritized", "True")
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "extra"),
+    [("dqn", N_STEP_PRIORITIZED), ("td3", ("--offpolicy.n-step", "2"))],
+    ids=["dqn-n3-prioritized", "td3-n2"],
+)
+def test_resume_continues_bit_for_bit_with_n_step_rows_and_priorities(
+    algorithm, extra, tmp_path, capsys
+):
+    """The n-step window and the priorities are in the state: the resumed run stores the same
+    rows, draws the same minibatches and ends with the same weights and priorities."""
+    full, part = tmp_path / "full", tmp_path / "part"
+    train(algorithm, full, 8, "--agent.save-interval", "4", *extra)
+    train(algorithm, part, 8, "--agent.save-interval", "4", *extra, stop=4)
+    train(algorithm, part, 8, "--agent.save-interval", "4", *extra, "--resume", "auto")
+    assert "resume: loaded" in capsys.readouterr().out
+    a, b = final_state(full, 8), final_state(part, 8)
+    assert_same(a, b, algorithm)
+    mine = a["ranks"][0]
+    n = int(extra[1])
+    assert mine["nstep"]["n"] == n and mine["nstep"]["count"] == n - 1
+    assert mine["replay"]["size"] == 40 and mine["replay"]["discount"].shape == (40,)
+    assert (mine["replay"]["discount"] > 0).all()
+    if algorithm == "dqn":  # the updates moved the priorities off the initial 1
+        assert mine["replay"]["priorities"].shape == (40,)
+        assert not torch.equal(mine["replay"]["priorities"], torch.ones(40, dtype=torch.float64))
+
+
+def test_resume_with_another_n_step_is_refused(tmp_path):
+    run = tmp_path / "run"
+    train("dqn", run, 6, "--agent.save-interval", "4", "--offpolicy.n-step", "3", stop=4)
+    with pytest.raises(ValueError, match="--offpolicy.n-step"):
+        train("dqn", run, 6, "--agent.save-interval", "4", "--resume", "auto")
+
+
 def test_resume_without_the_replay_says_it_refills(tmp_path, capsys):
     run = tmp_path / "run"
     train("dqn", run, 6, "--agent.save-interval", "4", "--offpolicy.save-replay", "False", stop=4)
@@ -234,6 +271,17 @@ def test_resume_without_the_replay_says_it_refills(tmp_path, capsys):
         (["cartpole", "--algorithm", "rloo"], "not one of them"),
         (["cartpole", "--algorithm", "pqn", "--agent.lr-schedule", "adaptive"], "PPO's KL"),
         (["pendulum", "--algorithm", "sac", "--policy.head", "tanh"], "trains --policy.head"),
+        (["cartpole", "--offpolicy.n-step", "3"], "applies to --algorithm dqn, sac, td3"),
+        (["cartpole", "--algorithm", "pqn", "--offpolicy.n-step", "3"], "not to PQN"),
+        (
+            ["pendulum", "--algorithm", "sac", "--offpolicy.prioritized", "True"],
+            "--offpolicy.prioritized applies to --algorithm dqn, not to SAC",
+        ),
+        (
+            ["cartpole", "--algorithm", "dqn", "--offpolicy.priority-beta", "0.5"],
+            "--offpolicy.priority-beta has no effect without --offpolicy.prioritized",
+        ),
+        (["cartpole", "--algorithm", "dqn", "--offpolicy.n-step", "0"], "n-step must be positive"),
     ],
 )
 def test_refusals_name_the_fix(argv, message, tmp_path):

@@ -9,6 +9,11 @@ is not trained.
 
     y = r + gamma (1 - terminated) Q_target(s', argmax_a Q(s', a))
     loss = huber(Q(s, a), y)
+
+With ``--offpolicy.n-step`` the rows are n-step transitions (``storage/nstep.py``): r is their
+discounted sum and gamma their own gamma^m. With ``--offpolicy.prioritized`` each row's Huber
+loss is weighted by its importance-sampling weight, and |Q(s, a) - y| becomes its priority
+(``storage/replay.PrioritizedReplayBuffer``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from torch import nn
 
 from distrl.algorithms.off_policy import (
     OffPolicyLearner,
+    bootstrap_discount,
     epsilon,
     epsilon_greedy,
     frozen_copy,
@@ -39,9 +45,10 @@ def double_q_target(
     rewards: torch.Tensor,
     next_obs: torch.Tensor,
     terminated: torch.Tensor,
-    gamma: float,
+    gamma: torch.Tensor | float,
 ) -> torch.Tensor:
-    """r + gamma (1 - terminated) Q_target(s', argmax_a Q_online(s', a)), [N]."""
+    """r + gamma (1 - terminated) Q_target(s', argmax_a Q_online(s', a)), [N]; ``gamma``: one
+    discount, or each row's [N]."""
     with torch.no_grad():
         best = q_values(online, next_obs).argmax(-1, keepdim=True)
         nxt = q_values(target, next_obs).gather(-1, best).squeeze(-1)
@@ -82,11 +89,15 @@ class DQN(QLearner):
             batch["rewards"],
             batch["next_obs"],
             batch["terminated"],
-            self.cfg.agent.gamma,
+            bootstrap_discount(batch, self.cfg.agent.gamma),
         )
         q = q_values(self.policy, batch["obs"]).gather(-1, batch["actions"].unsqueeze(-1))
         q = q.squeeze(-1)
-        loss = F.smooth_l1_loss(q, y)
+        if "weights" in batch:  # a prioritized replay's rows
+            self.td_abs = (q - y).detach().abs()
+            loss = (batch["weights"] * F.smooth_l1_loss(q, y, reduction="none")).mean()
+        else:
+            loss = F.smooth_l1_loss(q, y)
         return loss, (loss, q.mean())
 
     def move_targets(self) -> None:

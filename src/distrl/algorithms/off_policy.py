@@ -102,6 +102,9 @@ class OffPolicyLearner(ABC):
     """The metric name of each decision scalar ``loss`` returns, in order."""
     replay: bool = True
     """Learns from a replay buffer (PQN: from each rollout instead)."""
+    td_abs: torch.Tensor | None = None
+    """|TD error| [B] of the last minibatch whose ``loss`` read importance-sampling
+    ``weights`` (a prioritized replay's): its rows' new priorities."""
 
     def __init__(
         self,
@@ -232,6 +235,12 @@ class OffPolicyLearner(ABC):
         self.set_lr(float(state["lr"]))
         self.updates = int(state["updates"])
         self.skipped_total = int(state["skipped_total"])
+
+
+def bootstrap_discount(batch: dict[str, torch.Tensor], gamma: float) -> torch.Tensor | float:
+    """The discount of each row's bootstrap: gamma^m of n-step rows (their ``discount``), else
+    gamma (one-step rows carry none, and the one-step arithmetic stays as it was)."""
+    return batch.get("discount", gamma)
 
 
 def epsilon(cfg: TrainConfig, progress: float) -> float:

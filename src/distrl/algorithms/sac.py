@@ -12,6 +12,10 @@ before computing the actor's loss with it, a difference of one update's lag.
     loss_q     = sum_i mse(Q_i(s, a), y)
     loss_actor = mean(alpha log pi(a~|s) - min_i Q_i(s, a~)),                      a~ ~ pi(s)
     loss_alpha = -mean(log alpha (log pi(a~|s) + target_entropy))
+
+With ``--offpolicy.n-step`` the rows are n-step transitions (``storage/nstep.py``): r is the
+discounted sum of the n rewards and gamma their own gamma^m; the entropy bonus enters at the
+bootstrap only, not at the steps in between.
 """
 
 from __future__ import annotations
@@ -19,7 +23,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from distrl.algorithms.off_policy import OffPolicyLearner, TwinQ, frozen_copy, polyak
+from distrl.algorithms.off_policy import (
+    OffPolicyLearner,
+    TwinQ,
+    bootstrap_discount,
+    frozen_copy,
+    polyak,
+)
 from distrl.config import TrainConfig
 from distrl.policy.actor_critic import ActorCritic
 from distrl.policy.heads import SquashedGaussian
@@ -70,7 +80,7 @@ class SAC(OffPolicyLearner):
         return x, unit, logp
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        gamma = self.cfg.agent.gamma
+        gamma = bootstrap_discount(batch, self.cfg.agent.gamma)
         alpha = self.temperature.log_alpha.exp().detach()
         with torch.no_grad():
             x_next, a_next, logp_next = self.sample(batch["next_obs"])

@@ -7,13 +7,21 @@ critics, target policy smoothing, and the actor and both targets updated every
     a' = clip(pi'(s') + clip(N(0, policy_noise), -noise_clip, noise_clip), -1, 1)
     y  = r + gamma (1 - terminated) min_i Q'_i(s', a')
     loss_q = sum_i mse(Q_i(s, a), y);   every policy_delay: loss_actor = -mean(Q_1(s, pi(s)))
+
+With ``--offpolicy.n-step`` the rows are n-step transitions (``storage/nstep.py``): r is the
+discounted sum of the n rewards and gamma their own gamma^m.
 """
 
 from __future__ import annotations
 
 import torch
 
-from distrl.algorithms.off_policy import OffPolicyLearner, frozen_copy, polyak
+from distrl.algorithms.off_policy import (
+    OffPolicyLearner,
+    bootstrap_discount,
+    frozen_copy,
+    polyak,
+)
 from distrl.algorithms.sac import continuous_critic
 from distrl.config import TrainConfig
 from distrl.policy.actor_critic import ActorCritic
@@ -49,7 +57,7 @@ class TD3(OffPolicyLearner):
         return self.updates % self.o.policy_delay == 0
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        o, gamma = self.o, self.cfg.agent.gamma
+        o, gamma = self.o, bootstrap_discount(batch, self.cfg.agent.gamma)
         with torch.no_grad():
             x_next = self.target_policy.features(batch["next_obs"])
             a = self.unit(self.target_policy, x_next)

@@ -229,6 +229,9 @@ _OFF_POLICY_IGNORES = (
     "policy.recurrent_hidden",
 )
 _ALL_OFF = {f.name for f in dataclasses.fields(OffPolicyConfig)}
+_PRIORITIES = {"prioritized", "priority_alpha", "priority_beta", "priority_eps"}
+"""DQN's alone: SAC's and TD3's losses take no importance-sampling weights and give back no
+TD error per row (not built)."""
 _READS = {
     "dqn": _ALL_OFF
     - {
@@ -242,6 +245,7 @@ _READS = {
     },
     "pqn": {"eps_start", "eps_end", "eps_fraction", "q_lambda"},
     "sac": _ALL_OFF
+    - _PRIORITIES
     - {
         "eps_start",
         "eps_end",
@@ -253,6 +257,7 @@ _READS = {
         "policy_delay",
     },
     "td3": _ALL_OFF
+    - _PRIORITIES
     - {"eps_start", "eps_end", "eps_fraction", "q_lambda", "alpha", "target_entropy"},
 }
 _OFF_POLICY_OPTIONS = {

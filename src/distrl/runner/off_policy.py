@@ -12,14 +12,16 @@ One iteration of a rank that collects and learns (``Runner.iterate``):
                     --offpolicy.updates replay minibatches, or PQN's epochs over its rollout
 
 Each rank keeps its own replay (its own envs' transitions, as FastTD3's multi-GPU trainer does),
-so under allreduce one update averages world-size minibatches. The replay is part of the rank's
-state: checkpoints hold it (``--offpolicy.save-replay``), so a resume continues bit for bit.
+so under allreduce one update averages world-size minibatches; a prioritized replay keeps its
+own priorities, from its own rows' TD errors. The replay is part of the rank's state:
+checkpoints hold it (``--offpolicy.save-replay``), and the n-step window of each env's last
+steps (``--offpolicy.n-step``) with it, so a resume continues bit for bit.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -44,7 +46,8 @@ from distrl.runner.collector import (
 )
 from distrl.runner.hooks import Hooks
 from distrl.runner.learner import restore_generator
-from distrl.storage.replay import ReplayBuffer
+from distrl.storage.nstep import NStepWindow
+from distrl.storage.replay import PrioritizedReplayBuffer, ReplayBuffer
 from distrl.storage.rollout import WINDOW
 from distrl.telemetry import Telemetry
 
@@ -78,19 +81,15 @@ class OffPolicyRunner(Runner):
         stored = space.shape if space.categorical else (len(space.low),)
         action_dtype = torch.long if space.categorical else torch.float32
         self.replay: ReplayBuffer | None = None
+        self.nstep: NStepWindow | None = None
         if self.learner.replay:
             o = cfg.offpolicy
-            self.replay = ReplayBuffer(
-                o.buffer_size,
-                env.obs_dim,
-                self.policy.obs_dtype,
-                stored,
-                action_dtype,
-                device,
-                self.seed,
-            )
+            layout = (env.obs_dim, self.policy.obs_dtype, stored, action_dtype)
+            self.replay = make_replay(cfg, *layout, device, self.seed)
+            if o.n_step > 1:
+                self.nstep = NStepWindow(o.n_step, N, *layout, cfg.agent.gamma, device)
             per = ReplayBuffer.bytes_per_transition(
-                env.obs_dim, self.policy.obs_dtype, stored, action_dtype
+                *layout, discount=o.n_step > 1, prioritized=o.prioritized
             )
             self.message(
                 f"replay: {o.buffer_size:,} transitions x {per} B = "
@@ -174,7 +173,7 @@ class OffPolicyRunner(Runner):
                 if isinstance(learner, PQN) and truncated.any():
                     r["final_q"][t] = torch.where(truncated, learner.max_q(final), 0.0)
             if self.replay is not None:
-                self.replay.add(obs, actions, reward, after, terminated)
+                self._store(obs, actions, reward, after, terminated, truncated)
             self._episodes(info.get("episode_end", done), info.get("score", reward), t)
             obs = next_obs
         self.obs = obs
@@ -184,6 +183,25 @@ class OffPolicyRunner(Runner):
         if self.cfg.env.check_finite:
             self._check_finite()
         self.last_rollout_time = time.perf_counter() - t0
+
+    def _store(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        reward: torch.Tensor,
+        after: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+    ) -> None:
+        """One step of N envs into the replay: as it is, or through the n-step window (whose
+        rows are those of n-1 steps ago)."""
+        assert self.replay is not None
+        if self.nstep is None:
+            self.replay.add(obs, actions, reward, after, terminated)
+            return
+        rows = self.nstep.push(obs, actions, reward, after, terminated, truncated)
+        if rows is not None:
+            self.replay.add(**rows)
 
     def _episodes(self, ended: torch.Tensor, score: torch.Tensor, t: int) -> None:
         """The running returns at step ``t`` (as PPO's collector, without a host sync); the
@@ -236,15 +254,34 @@ class OffPolicyRunner(Runner):
         metrics["lr"] = self.learner.lr
         if self.replay is not None:
             metrics["replay/size"] = len(self.replay)
+        if isinstance(self.replay, PrioritizedReplayBuffer):
+            metrics["replay/beta"] = self.priority_beta
         for h in self.hooks:
             h.after_update(self, metrics)
         return metrics
 
-    def minibatches(self) -> list[dict[str, torch.Tensor]]:
-        """This iteration's minibatches: from the replay, or PQN's epochs over its rollout."""
-        if self.replay is not None:
-            o = self.cfg.offpolicy
-            return [self.replay.sample(o.batch_size) for _ in range(o.updates)]
+    @property
+    def priority_beta(self) -> float:
+        """The importance-sampling exponent of this iteration: --offpolicy.priority-beta at the
+        start, linearly to 1 at --agent.max-iterations (Schaul et al.'s annealing)."""
+        beta = self.cfg.offpolicy.priority_beta
+        progress = min(self.iteration / self.cfg.agent.max_iterations, 1.0)
+        return beta + progress * (1.0 - beta)
+
+    def minibatches(self) -> Iterator[dict[str, torch.Tensor]]:
+        """This iteration's minibatches: from the replay, each drawn when its update comes (a
+        prioritized replay draws with the priorities the previous updates left), or PQN's
+        epochs over its rollout."""
+        replay, o = self.replay, self.cfg.offpolicy
+        if isinstance(replay, PrioritizedReplayBuffer):
+            beta = self.priority_beta
+            return (replay.sample(o.batch_size, beta) for _ in range(o.updates))
+        if replay is not None:
+            return (replay.sample(o.batch_size) for _ in range(o.updates))
+        return iter(self._pqn_minibatches())
+
+    def _pqn_minibatches(self) -> list[dict[str, torch.Tensor]]:
+        """PQN's epochs over this iteration's rollout, with its Q(lambda) returns."""
         a, r = self.cfg.agent, self.rollout
         learner = self.learner
         assert isinstance(learner, PQN)
@@ -285,6 +322,9 @@ class OffPolicyRunner(Runner):
                 continue
             steps += 1
             sums = [s + v for s, v in zip(sums, decision.stats, strict=True)]
+            if isinstance(self.replay, PrioritizedReplayBuffer):
+                assert self.learner.td_abs is not None, "its loss reads the weights"
+                self.replay.update_priorities(batch["index"], self.learner.td_abs)
         means = {k: v / max(steps, 1) for k, v in zip(names, sums, strict=True)}
         return means | {"train/updates": steps, "train/skipped_updates": skipped}
 
@@ -336,6 +376,8 @@ class OffPolicyRunner(Runner):
         state = {**env_state(self), "shuffle_rng": self.shuffle_gen.get_state()}
         if self.replay is not None:
             state["replay"] = self.replay.state_dict(rows=self.cfg.offpolicy.save_replay)
+        if self.nstep is not None:
+            state["nstep"] = self.nstep.state_dict()
         return state
 
     def load_rank_state(self, mine: dict[str, Any]) -> None:
@@ -343,6 +385,14 @@ class OffPolicyRunner(Runner):
             return
         load_env_state(self, mine, self.env.device)
         restore_generator(self.shuffle_gen, mine["shuffle_rng"], "minibatch shuffle")
+        if ("nstep" in mine) != (self.nstep is not None):
+            saved = "an n-step window" if "nstep" in mine else "no n-step window"
+            raise ValueError(
+                f"the checkpoint holds {saved} and this run's --offpolicy.n-step "
+                f"{self.cfg.offpolicy.n_step} the other; resume with the saved run's"
+            )
+        if self.nstep is not None:
+            self.nstep.load_state_dict(mine["nstep"])
         if self.replay is not None:
             self.replay.load_state_dict(mine["replay"])
             if len(self.replay) == 0 and self.iteration > 0:
@@ -355,6 +405,26 @@ class OffPolicyRunner(Runner):
 
     def close(self) -> None:
         self.env.close()
+
+
+def make_replay(
+    cfg: TrainConfig,
+    obs_dim: int,
+    obs_dtype: torch.dtype,
+    action_shape: tuple[int, ...],
+    action_dtype: torch.dtype,
+    device: torch.device,
+    seed: int,
+) -> ReplayBuffer:
+    """The rank's replay: uniform, or prioritized (--offpolicy.prioritized); with a discount per
+    row when it holds n-step transitions."""
+    o = cfg.offpolicy
+    layout = (o.buffer_size, obs_dim, obs_dtype, action_shape, action_dtype, device, seed)
+    if o.prioritized:
+        return PrioritizedReplayBuffer(
+            *layout, o.n_step > 1, alpha=o.priority_alpha, eps=o.priority_eps
+        )
+    return ReplayBuffer(*layout, discount=o.n_step > 1)
 
 
 def _size(n: int) -> str:

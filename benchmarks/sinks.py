@@ -4,7 +4,8 @@ machine on its own rate-limited link, ps-bsp with and without ``--dist.ps.group-
 
 Per arm it reports the bytes that crossed the machines' links (every node's link, sent and
 received, summed; a machine's ranks talk among themselves over loopback) per update, and the
-median iteration time (the first iteration left out: start-up). Both arms run the same
+median iteration time (the first iteration left out: start-up), each the median of
+``--repeats`` runs with the arms alternating. Both arms run the same
 processes: the flat server has (N x P - 1) workers, the sinks arm N - 1 fewer (a sink collects
 nothing), so the per-update figure is the one to compare.
 """
@@ -34,6 +35,8 @@ class SinksArgs:
     """Each machine's link rate in Mbit/s, each way."""
     iterations: int = 6
     """Training iterations per run (cartpole, 8 envs x 16 steps per worker)."""
+    repeats: int = 3
+    """Runs of each arm, the arms alternating; the table gives the medians."""
     timeout: float = 600.0
     """Seconds one run may take before it is killed."""
     out: str | None = None
@@ -92,18 +95,28 @@ def sinks(a: SinksArgs) -> int:
         return 2
     out = common.out_dir(a.out, "sinks")
     machine = common.header("parameter server: sink nodes against the flat server")
-    rows = []
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for nodes in counts:
-            for arm, group in (("flat", 0), ("sinks", a.procs)):
-                with Testbed(nodes=nodes, rate_mbit=a.rate) as tb:
-                    run_dir = Path(tmp) / f"{arm}-{nodes}"
-                    got = run_arm(tb, a.procs, group, a.iterations, run_dir, a.timeout)
-                rows.append({"nodes": nodes, "procs": a.procs, "arm": arm, **got})
-                common.console.print(
-                    f"{nodes} nodes, {arm}: {got['bytes_per_update'] / 1e3:,.1f} kB per update, "
-                    f"{got['iteration_s']:.3f} s per iteration"
-                )
+            for k in range(a.repeats):
+                for arm, group in (("flat", 0), ("sinks", a.procs)):
+                    with Testbed(nodes=nodes, rate_mbit=a.rate) as tb:
+                        run_dir = Path(tmp) / f"{arm}-{nodes}-{k}"
+                        got = run_arm(tb, a.procs, group, a.iterations, run_dir, a.timeout)
+                    runs.append({"nodes": nodes, "procs": a.procs, "arm": arm, "run": k, **got})
+                    common.console.print(
+                        f"{nodes} nodes, {arm}, run {k + 1}: {got['bytes_per_update'] / 1e3:,.1f}"
+                        f" kB per update, {got['iteration_s']:.3f} s per iteration"
+                    )
+    common.write_csv(out / "sinks_runs.csv", runs)
+    rows: list[dict[str, Any]] = []
+    for nodes in counts:
+        for arm in ("flat", "sinks"):
+            mine = [r for r in runs if r["nodes"] == nodes and r["arm"] == arm]
+            row = {"nodes": nodes, "procs": a.procs, "arm": arm, "runs": len(mine)}
+            for key in ("bytes_per_update", "iteration_s", "wall_s"):
+                row[key] = common.median(r[key] for r in mine)
+            rows.append(row | {"workers": mine[0]["workers"], "updates": mine[0]["updates"]})
     for r in rows:
         flat = next(x for x in rows if x["nodes"] == r["nodes"] and x["arm"] == "flat")
         r["bytes_vs_flat"] = r["bytes_per_update"] / flat["bytes_per_update"]

@@ -137,6 +137,11 @@ class OffPolicyConfig:
     over the run (--agent.max-iterations)."""
     priority_eps: float = 1e-6
     """dqn, prioritized: added to |TD error| so that no transition's priority is 0."""
+    actor_epsilon: float | None = None
+    """dqn under --dist.strategy learner-actor (Ape-X): actor i of A explores with
+    epsilon^(1 + 7 i / (A - 1)) all run long (Ape-X's 0.4 and 7: from much exploration to
+    almost none) instead of the --offpolicy.eps-* schedule. None: every actor follows the
+    schedule."""
 
 
 @dataclass(frozen=True)
@@ -543,6 +548,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             f"workers), got {ps.group_size}"
         )
     _positive(errors, "--dist.learners", cfg.dist.learners, "use e.g. 1")
+    if cfg.offpolicy.actor_epsilon is not None and cfg.dist.strategy != "learner-actor":
+        errors.append(
+            "--offpolicy.actor-epsilon sets each actor's exploration under --dist.strategy "
+            "learner-actor (Ape-X); add that, or drop the option"
+        )
     if cfg.dist.max_policy_lag < 0:
         errors.append(f"--dist.max-policy-lag must be 0 or more, got {cfg.dist.max_policy_lag}")
     if a.keep_checkpoints is not None and a.keep_checkpoints < 1:
@@ -607,6 +617,11 @@ def _validate_offpolicy(errors: list[str], o: OffPolicyConfig) -> None:
     if o.alpha is not None:
         _non_negative(errors, "--offpolicy.alpha", o.alpha, "or leave it unset to learn it")
     _positive(errors, "--offpolicy.n-step", o.n_step, "use 1 (one-step) or more")
+    if o.actor_epsilon is not None and not 0.0 < o.actor_epsilon < 1.0:
+        errors.append(
+            f"--offpolicy.actor-epsilon must be in (0, 1), got {o.actor_epsilon}; Ape-X uses 0.4"
+        )
+
     _validate_priorities(errors, o)
 
 

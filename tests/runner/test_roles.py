@@ -153,12 +153,12 @@ def test_a_rank_without_a_link_collects_and_learns_with_the_same_record_keys():
     assert [r["env_steps"] for r in records] == [per_iteration, 2 * per_iteration]
 
 
-def test_a_learner_link_needs_an_algorithm_of_fixed_length_rollouts():
+def test_a_learner_link_needs_an_algorithm_of_rollouts_or_replay_rows():
     from distrl.runner import roles
 
     class NoRollouts:
         remote = None
         strategy = type("S", (), {"role": Role(LEARN_FROM_ACTORS)})()
 
-    with pytest.raises(TypeError, match="on-policy PPO, not NoRollouts"):
+    with pytest.raises(TypeError, match="replay rows \(dqn, sac, td3\): NoRollouts takes neither"):
         roles.run(NoRollouts())  # type: ignore[arg-type]

@@ -64,12 +64,16 @@ class QLearner(OffPolicyLearner):
         trained = [p for p in policy.parameters() if p.requires_grad]
         super().__init__(policy, cfg, modules, {"q": trained})
         self.eps = cfg.offpolicy.eps_start
+        self.fixed_eps: float | None = None
+        """An Ape-X actor's own epsilon (--offpolicy.actor-epsilon), in place of the
+        schedule."""
 
     @torch.no_grad()
     def explore(
         self, obs: torch.Tensor, progress: float, uniform: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        self.eps = 1.0 if uniform else epsilon(self.cfg, progress)
+        scheduled = epsilon(self.cfg, progress) if self.fixed_eps is None else self.fixed_eps
+        self.eps = 1.0 if uniform else scheduled
         actions = epsilon_greedy(q_values(self.policy, obs), self.eps)
         return actions, actions
 

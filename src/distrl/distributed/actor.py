@@ -154,10 +154,10 @@ class Actor(LARank):
 
         self.comm_time += self.peer.send(self.my_learner, header, payload)
 
-    def send_rollout(self, collector: Any, iteration: int, seconds: float) -> None:
-        """This rollout, with the version of the weights that collected it."""
-        ret = collector.return_moments() if collector.scales_rewards else torch.zeros(3)
-        self._up(ROLLOUT, self.codec.encode(collector, ret), iteration=iteration, seconds=seconds)
+    def send_rollout(self, source: Any, iteration: int, seconds: float) -> None:
+        """This iteration's rollout (PPO's ``Collector``) or transitions (an off-policy runner),
+        with the version of the weights that collected it."""
+        self._up(ROLLOUT, self.codec.encode_from(source), iteration=iteration, seconds=seconds)
 
     def send_state(self, iteration: int, state: Any) -> None:
         """Its checkpoint state for ``iteration``, to its learner."""

@@ -50,7 +50,6 @@ from distrl.algorithms.ppo import Decision, GradientLearner
 from distrl.distributed.liveness import PeerFailure
 
 if TYPE_CHECKING:
-    from distrl.runner.collector import Collector, RemoteRollouts
     from distrl.training_state import TrainingState
 
 
@@ -360,8 +359,9 @@ class LearnerLink(Protocol):
     version: int
     """The version of the weights it last pushed (the iteration, on-policy)."""
 
-    def receive_rollouts(self, rollouts: RemoteRollouts) -> None:
-        """One rollout from every live actor, side by side in ``rollouts``."""
+    def receive_rollouts(self, rollouts: Any) -> None:
+        """One rollout from every live actor, side by side in ``rollouts`` (a ``RemoteRollouts``;
+        an off-policy learner's ``RemoteTransitions`` takes their replay rows)."""
 
     def push_weights(self, stop: bool = False) -> None:
         """The new parameters to every actor; ``stop``: the learners' algorithm stopped early at
@@ -394,7 +394,8 @@ class ActorLink(Protocol):
     def await_weights(self, needed: int) -> None:
         """Block until the weights held are at least version ``needed``."""
 
-    def send_rollout(self, collector: Collector, iteration: int, seconds: float) -> None: ...
+    def send_rollout(self, source: Any, iteration: int, seconds: float) -> None:
+        """This iteration's rollout (a ``Collector``) or replay rows (an off-policy runner)."""
 
     def send_state(self, iteration: int, state: Any) -> None:
         """This rank's checkpoint state for ``iteration``, to its learner."""

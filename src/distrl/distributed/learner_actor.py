@@ -51,6 +51,7 @@ from distrl.distributed.liveness import heartbeats, store_op
 from distrl.distributed.routing import RoutingTable, routing_table
 from distrl.distributed.transport import pair_groups
 from distrl.storage.rollout_codec import RolloutCodec
+from distrl.storage.transition_codec import TransitionCodec
 
 # learner -> actor header kinds
 WEIGHTS, BYE, ABORT = 1, 2, 3
@@ -111,8 +112,13 @@ class LARank(Collectives):
         table = routing_table(numels, self.learners, self.actors) if self.is_main else None
         self.table: RoutingTable = self.broadcast_object(table)
         self.sync_numel = sum(numels)
-        a = self.cfg.agent
-        self.codec = RolloutCodec.for_policy(policy, a.num_steps, self.cfg.env.num_envs)
+        T, N = self.cfg.agent.num_steps, self.cfg.env.num_envs
+        self.codec: RolloutCodec | TransitionCodec
+        if getattr(learner, "replay", False):  # dqn, sac, td3: rows of a replay (Ape-X)
+            n_step = getattr(self.cfg.offpolicy, "n_step", 1)
+            self.codec = TransitionCodec.for_policy(learner.policy, T, N, n_step)  # type: ignore[attr-defined]
+        else:
+            self.codec = RolloutCodec.for_policy(policy, T, N)
         self.capacity = max(self.codec.numel, 4096)
         self.start()
 

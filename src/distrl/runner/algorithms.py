@@ -29,6 +29,7 @@ from distrl.config import DistConfig, MultiTaskConfig, OffPolicyConfig, TrainCon
 from distrl.distributed.base import Strategy
 from distrl.distributed.strategies import (
     AGREED_STATS,
+    OWN_ROLLOUTS,
     SMALL_RANK_STATE,
     STATS_WHERE_WEIGHTS,
     STRATEGIES,
@@ -247,6 +248,7 @@ _READS = {
     "sac": _ALL_OFF
     - _PRIORITIES
     - {
+        "actor_epsilon",
         "eps_start",
         "eps_end",
         "eps_fraction",
@@ -258,7 +260,10 @@ _READS = {
     },
     "td3": _ALL_OFF
     - _PRIORITIES
-    - {"eps_start", "eps_end", "eps_fraction", "q_lambda", "alpha", "target_entropy"},
+    - {
+        "actor_epsilon",
+        *("eps_start", "eps_end", "eps_fraction", "q_lambda", "alpha", "target_entropy"),
+    },
 }
 _OFF_POLICY_OPTIONS = {
     name: Option(
@@ -289,7 +294,13 @@ def _off_policy(name: str, words: str, tasks: str, *, replay: bool) -> Algorithm
         tasks,
         options=(*_RUN_TO, *options, *((_HEAD,) if name in ("sac", "td3") else ())),
         ignores=ignores,
-        needs=(Need(WHOLE_LEARNER), *((Need(SMALL_RANK_STATE),) if replay else ())),
+        needs=(
+            Need(WHOLE_LEARNER),
+            Need(SMALL_RANK_STATE) if replay else Need(OWN_ROLLOUTS),
+        ),
+        # a replay learns from transitions of older weights by design: Ape-X's actors may run
+        # ahead of their learner (--dist.sync async)
+        corrects_off_policy=replay,
         by_default=False,
         defaults=off_policy_defaults.DEFAULTS[name],
         check_env=check_off_policy_env,
@@ -483,8 +494,9 @@ def compatibility_matrix() -> str:
     if older:
         lines += wrapped(
             f"Rollouts of older weights (--dist.sync async): {_words(older)}; "
-            f"{_words(correct) if correct else 'no algorithm'} corrects them (V-trace), the "
-            f"others are refused there."
+            f"{_words(correct) if correct else 'no algorithm'} take them (PPO corrects them "
+            f"with V-trace, a replay holds older weights' transitions anyway), the others "
+            f"are refused there."
         )
     lines += ["", "Options only some algorithms read (refused under the others):"]
     for algorithm in ALGORITHMS.values():

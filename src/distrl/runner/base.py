@@ -33,7 +33,7 @@ from distrl.distributed.base import Agreed, StatsLayout, Strategy
 from distrl.evaluation import TrainingEvaluation
 from distrl.policy import ActorCritic
 from distrl.runner import roles
-from distrl.runner.collector import Collector, RemoteRollouts
+from distrl.runner.collector import Collector
 from distrl.runner.hooks import Hooks
 from distrl.seeding import rank_seed, seed_everything
 from distrl.telemetry import Telemetry
@@ -47,8 +47,9 @@ class Runner(ABC):
     ppo: PPO
     collector: Collector | None = None
     """This rank's own envs (a rank that collects fixed-length rollouts)."""
-    remote: RemoteRollouts | None = None
-    """Other ranks' rollouts side by side (a learner of learner-actor)."""
+    remote: Any = None
+    """Other ranks' rollouts side by side (a PPO learner of learner-actor: ``RemoteRollouts``),
+    or where their replay rows go (an Ape-X learner: ``off_policy.RemoteTransitions``)."""
 
     def __init__(
         self,

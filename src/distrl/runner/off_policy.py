@@ -16,6 +16,17 @@ so under allreduce one update averages world-size minibatches; a prioritized rep
 own priorities, from its own rows' TD errors. The replay is part of the rank's state:
 checkpoints hold it (``--offpolicy.save-replay``), and the n-step window of each env's last
 steps (``--offpolicy.n-step``) with it, so a resume continues bit for bit.
+
+Ape-X (``--dist.strategy learner-actor``, dqn, sac, td3): an actor collects as above, but the
+rows it would add to a replay (n-step rows where asked: the actors build them) go to its
+learner instead (``take_transitions``, one message per iteration); a learner collects nothing,
+adds its actors' rows to its replay in actor order (``RemoteTransitions``) and updates as a
+collecting rank does, the learners' gradients all-reduced among them. It holds
+--offpolicy.buffer-size rows and samples --offpolicy.batch-size rows per actor: with one learner
+the batch and the rows kept per env step are those of allreduce on as many ranks as it has
+actors. A prioritized replay's
+new rows take the largest priority so far, on the learner: it holds the target network the TD
+errors need, and the first update that draws a row sets its priority from the newest weights.
 """
 
 from __future__ import annotations
@@ -26,8 +37,8 @@ from typing import Any
 
 import torch
 
-from distrl.algorithms.dqn import DQN
-from distrl.algorithms.off_policy import OffPolicyLearner
+from distrl.algorithms.dqn import DQN, QLearner
+from distrl.algorithms.off_policy import OffPolicyLearner, epsilon
 from distrl.algorithms.pqn import PQN, q_lambda_returns
 from distrl.algorithms.sac import SAC
 from distrl.algorithms.td3 import TD3
@@ -82,18 +93,38 @@ class OffPolicyRunner(Runner):
         action_dtype = torch.long if space.categorical else torch.float32
         self.replay: ReplayBuffer | None = None
         self.nstep: NStepWindow | None = None
+        role = strategy.role
+        # Ape-X: an actor sends its rows to its learner (the outbox), a learner stores its
+        # actors' rows (``remote``); a rank that does both keeps its own replay
+        self.outbox: list[dict[str, torch.Tensor]] | None = None
+        self.per = 1  # the collectors whose rows this rank's replay holds
+        self.remote: RemoteTransitions | None = None
         if self.learner.replay:
             o = cfg.offpolicy
             layout = (env.obs_dim, self.policy.obs_dtype, stored, action_dtype)
-            self.replay = make_replay(cfg, *layout, device, self.seed)
-            if o.n_step > 1:
+            # an Ape-X learner keeps and samples per actor, as allreduce does per rank
+            self.per = max(role.remote_rollouts, 1)
+            if role.learner:
+                self.replay = make_replay(cfg, *layout, device, self.seed, self.per)
+            else:
+                self.outbox = []
+            if o.n_step > 1 and role.collector:
                 self.nstep = NStepWindow(o.n_step, N, *layout, cfg.agent.gamma, device)
+            if role.learner and not role.collector:
+                self.remote = RemoteTransitions(self)
+            if self.outbox is not None and o.actor_epsilon is not None:
+                assert isinstance(self.learner, QLearner)
+                i, actors = strategy.collector_index, strategy.num_collectors
+                power = 1.0 + 7.0 * i / (actors - 1) if actors > 1 else 1.0
+                self.learner.fixed_eps = o.actor_epsilon**power  # Ape-X's epsilon_i
             per = ReplayBuffer.bytes_per_transition(
                 *layout, discount=o.n_step > 1, prioritized=o.prioritized
             )
+            where = "per learner" if self.remote is not None or self.outbox is not None else ""
+            size = o.buffer_size * self.per
             self.message(
-                f"replay: {o.buffer_size:,} transitions x {per} B = "
-                f"{_size(o.buffer_size * per)} on {device} per rank"
+                f"replay: {size:,} transitions x {per} B = "
+                f"{_size(size * per)} on {device} {where or 'per rank'}"
             )
         z: dict[str, Any] = dict(device=device)
         # this iteration's rollout (PQN; the replay learners only read its rewards' check)
@@ -138,8 +169,27 @@ class OffPolicyRunner(Runner):
 
     @property
     def learning(self) -> bool:
-        """Updates happen this iteration: PQN always; a replay once it holds learning-starts."""
-        return self.replay is None or len(self.replay) >= self.cfg.offpolicy.learning_starts
+        """Updates happen this iteration: PQN always; a replay once it holds learning-starts.
+        An Ape-X actor counts its learner's replay as the rows it and its learner's other
+        actors (as many iterations behind as it) sent: it acts at random until then."""
+        start = self.cfg.offpolicy.learning_starts
+        if self.outbox is not None:
+            return self._sent_rows * self._actors_per_learner >= start
+        return self.replay is None or len(self.replay) >= start
+
+    @property
+    def _sent_rows(self) -> int:
+        """The rows an Ape-X actor sent before this iteration (a count of the iterations, so a
+        resumed actor counts the same): one per env step, the first n - 1 steps' late."""
+        steps = self.iteration * self.cfg.agent.num_steps - (self.cfg.offpolicy.n_step - 1)
+        return max(steps, 0) * self.env.num_envs
+
+    @property
+    def _actors_per_learner(self) -> int:
+        """The actors of this actor's learner (actor i sends to learner i mod L)."""
+        actors, learners = self.strategy.num_collectors, self.cfg.dist.learners
+        mine = self.strategy.collector_index % learners
+        return (actors - mine + learners - 1) // learners
 
     # ---- one iteration ----------------------------------------------------------------------
     @torch.no_grad()
@@ -172,7 +222,7 @@ class OffPolicyRunner(Runner):
                     r["final_bad"][t] = done & ~finite
                 if isinstance(learner, PQN) and truncated.any():
                     r["final_q"][t] = torch.where(truncated, learner.max_q(final), 0.0)
-            if self.replay is not None:
+            if self.replay is not None or self.outbox is not None:
                 self._store(obs, actions, reward, after, terminated, truncated)
             self._episodes(info.get("episode_end", done), info.get("score", reward), t)
             obs = next_obs
@@ -193,15 +243,33 @@ class OffPolicyRunner(Runner):
         terminated: torch.Tensor,
         truncated: torch.Tensor,
     ) -> None:
-        """One step of N envs into the replay: as it is, or through the n-step window (whose
-        rows are those of n-1 steps ago)."""
-        assert self.replay is not None
+        """One step of N envs into the replay (an Ape-X actor's: its outbox): as it is, or
+        through the n-step window (whose rows are those of n-1 steps ago)."""
         if self.nstep is None:
-            self.replay.add(obs, actions, reward, after, terminated)
+            rows: dict[str, torch.Tensor] | None = {
+                "obs": obs,
+                "actions": actions,
+                "rewards": reward,
+                "next_obs": after,
+                "terminated": terminated,
+            }
+        else:
+            rows = self.nstep.push(obs, actions, reward, after, terminated, truncated)
+        if rows is None:
             return
-        rows = self.nstep.push(obs, actions, reward, after, terminated, truncated)
-        if rows is not None:
+        if self.outbox is not None:
+            self.outbox.append({k: v.clone() for k, v in rows.items()})
+        else:
+            assert self.replay is not None
             self.replay.add(**rows)
+
+    def take_transitions(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """An Ape-X actor's message of this iteration: the rows it collected (by field, one
+        step's N rows after another) and its episode window; the outbox empties."""
+        assert self.outbox is not None
+        taken, self.outbox = self.outbox, []
+        rows = {k: torch.cat([r[k] for r in taken]) for k in taken[0]} if taken else {}
+        return rows, self.window
 
     def _episodes(self, ended: torch.Tensor, score: torch.Tensor, t: int) -> None:
         """The running returns at step ``t`` (as PPO's collector, without a host sync); the
@@ -241,16 +309,25 @@ class OffPolicyRunner(Runner):
         for h in self.hooks:
             h.before_update(self)
         steps = self.cfg.agent.num_steps * self.env.num_envs
+        seconds, window = self.last_rollout_time, self.window
+        if self.remote is not None:  # an Ape-X learner: its actors' steps and episodes
+            steps *= self.remote.slots
+            seconds, window = self.remote.last_rollout_time, self.remote.window
         agreed = self.strategy.reduce_stats(
             sums={"env_steps": torch.tensor([float(steps)], dtype=torch.float64)},
             gather={
-                "rollout_time": torch.tensor([self.last_rollout_time], dtype=torch.float64),
-                "episodes": self.window,
+                "rollout_time": torch.tensor([seconds], dtype=torch.float64),
+                "episodes": window.to(self.window.device),
             },
         )
         self.absorb(agreed)
         metrics: dict[str, Any] = self.update() if self.learning else {"train/updates": 0}
-        metrics |= self.learner.metrics() | self.summary()
+        own = self.learner.metrics()
+        if self.remote is not None:  # an Ape-X learner explores nothing: its actors' schedule
+            own = {"epsilon": epsilon(self.cfg, self.iteration / self.cfg.agent.max_iterations)}
+            own = own if isinstance(self.learner, QLearner) else {}
+            own = own if self.cfg.offpolicy.actor_epsilon is None else {}
+        metrics |= own | self.summary()
         metrics["lr"] = self.learner.lr
         if self.replay is not None:
             metrics["replay/size"] = len(self.replay)
@@ -273,11 +350,12 @@ class OffPolicyRunner(Runner):
         prioritized replay draws with the priorities the previous updates left), or PQN's
         epochs over its rollout."""
         replay, o = self.replay, self.cfg.offpolicy
+        batch = o.batch_size * self.per
         if isinstance(replay, PrioritizedReplayBuffer):
             beta = self.priority_beta
-            return (replay.sample(o.batch_size, beta) for _ in range(o.updates))
+            return (replay.sample(batch, beta) for _ in range(o.updates))
         if replay is not None:
-            return (replay.sample(o.batch_size) for _ in range(o.updates))
+            return (replay.sample(batch) for _ in range(o.updates))
         return iter(self._pqn_minibatches())
 
     def _pqn_minibatches(self) -> list[dict[str, torch.Tensor]]:
@@ -407,6 +485,29 @@ class OffPolicyRunner(Runner):
         self.env.close()
 
 
+class RemoteTransitions:
+    """An Ape-X learner's stand-in for its own envs: its actors' rows go into its replay, in
+    actor order (``TransitionCodec.decode_into``), with their merged episode window and their
+    slowest rollout time (``Learner.receive_rollouts`` sets them)."""
+
+    def __init__(self, runner: OffPolicyRunner):
+        self.runner, self.device = runner, runner.env.device
+        self.slots = 0
+        self.window = torch.full((WINDOW, 3), -1.0)
+        self.ret = torch.zeros(3, dtype=torch.float64)
+        self.last_rollout_time = 0.0
+
+    def resize(self, slots: int) -> None:
+        """How many actors' rows this iteration holds (fewer after one was dropped)."""
+        self.slots = slots
+
+    def add_rows(self, rows: dict[str, torch.Tensor]) -> None:
+        replay = self.runner.replay
+        assert replay is not None
+        if rows and len(rows["rewards"]):
+            replay.add(**rows)
+
+
 def make_replay(
     cfg: TrainConfig,
     obs_dim: int,
@@ -415,11 +516,14 @@ def make_replay(
     action_dtype: torch.dtype,
     device: torch.device,
     seed: int,
+    per: int = 1,
 ) -> ReplayBuffer:
     """The rank's replay: uniform, or prioritized (--offpolicy.prioritized); with a discount per
-    row when it holds n-step transitions."""
+    row when it holds n-step transitions. ``per``: the collectors it holds the rows of (an
+    Ape-X learner's actors): --offpolicy.buffer-size rows for each."""
     o = cfg.offpolicy
-    layout = (o.buffer_size, obs_dim, obs_dtype, action_shape, action_dtype, device, seed)
+    size = o.buffer_size * per
+    layout = (size, obs_dim, obs_dtype, action_shape, action_dtype, device, seed)
     if o.prioritized:
         return PrioritizedReplayBuffer(
             *layout, o.n_step > 1, alpha=o.priority_alpha, eps=o.priority_eps

@@ -142,8 +142,8 @@ def learn_from_actors(runner: Runner, link: LearnerLink) -> dict[str, Any]:
     rollouts = runner.remote
     if rollouts is None:
         raise TypeError(
-            f"--dist.strategy learner-actor ships fixed-length rollouts: it runs on-policy "
-            f"PPO, not {type(runner).__name__}"
+            f"--dist.strategy learner-actor ships fixed-length rollouts (PPO) or replay rows "
+            f"(dqn, sac, td3): {type(runner).__name__} takes neither"
         )
     strategy = runner.strategy
     strategy.take_times()
@@ -183,9 +183,8 @@ def learn_from_actors(runner: Runner, link: LearnerLink) -> dict[str, Any]:
 def act(runner: Runner, link: ActorLink) -> dict[str, Any]:
     """An actor: wait for new enough weights, collect, send the rollout to its learner (and,
     when a checkpoint is due, this rank's state). Its records stay on this rank (hooks)."""
-    collector = runner.collector
-    if collector is None:
-        raise TypeError(f"an actor collects: {type(runner).__name__} has no collector")
+    collector = runner.collector  # PPO's; an off-policy runner sends its own transitions
+    source: Any = collector if collector is not None else runner
     link.version = runner.iteration  # fresh or resumed: every rank holds that version
     record: dict[str, Any] = {}
     sent = -1  # the iteration of the last state this actor sent for a checkpoint
@@ -197,9 +196,10 @@ def act(runner: Runner, link: ActorLink) -> dict[str, Any]:
             break
         t1 = time.perf_counter()
         runner.collect()
-        collector.episode_window(runner.iteration)
+        if collector is not None:
+            collector.episode_window(runner.iteration)
         t_rollout = time.perf_counter() - t1
-        link.send_rollout(collector, runner.iteration, t_rollout)
+        link.send_rollout(source, runner.iteration, t_rollout)
         runner.iteration += 1
         record = {
             "iteration": runner.iteration,

@@ -67,6 +67,12 @@ class RolloutCodec:
         memory = policy.initial_memory(1).numel()
         return cls(num_steps, num_envs, policy.obs_dim, act, n, policy.obs_dtype, memory)
 
+    def encode_from(self, collector: Any) -> torch.Tensor:
+        """An actor's rollout message: its ``Collector``'s rollout and, with reward scaling,
+        its return moments."""
+        ret = collector.return_moments() if collector.scales_rewards else torch.zeros(3)
+        return self.encode(collector, ret)
+
     def encode(self, source: Any, ret: torch.Tensor) -> torch.Tensor:
         """``source``: the actor's ``Collector`` (its buffer, last observations, memory and
         episode window)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from benchmarks.apex import ApexArgs, apex
 from benchmarks.broadcast import BroadcastArgs, broadcast
 from benchmarks.cluster import ClusterArgs, cluster
 from benchmarks.comm import CommArgs, comm
@@ -39,6 +40,8 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   broadcast    learner -> actor weight sync: routing table vs naive vs dist.broadcast, GB/s
   neighbour    a task's iteration time alone and beside a second distrl run, per OpenMP setting
   offpolicy    dqn, sac or td3 against Stable-Baselines3's, alternating: wall time, eval return
+  apex         Ape-X (1 learner + A actors) against allreduce on A ranks, equal env steps:
+               greedy evaluation against wall time
   pbt          population-based training against the same members left alone, at equal env
                steps: wall time, best final score, the task's defaults
   selfplay     connect-four by self-play: win rates against random and scripted players, Elo
@@ -63,6 +66,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "neighbour": (NeighbourArgs, neighbour),
     "offpolicy": (OffPolicyArgs, offpolicy),
     "pbt": (PBTBenchArgs, pbt),
+    "apex": (ApexArgs, apex),
     "selfplay": (SelfPlayArgs, selfplay),
     "sinks": (SinksArgs, sinks),
     "roofline": (RooflineArgs, roofline),

@@ -73,3 +73,22 @@ def test_kl_crossing_on_one_rank_only_stops_every_rank_together():
         u["train/updates"] for u in ranks[0]["updates"]
     ]
     torch.testing.assert_close(ranks[0]["params"], single["params"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["dqn"])
+def test_two_off_policy_ranks_match_one_process_on_their_minibatches_side_by_side(algorithm):
+    """Data-parallel DQN (allreduce: each rank its own replay's minibatch, the gradients
+    averaged) equals one process stepping on both ranks' minibatches side by side, its Q-network
+    and its target network, over updates that move the target each time (tau 0.005). (SAC and
+    TD3 draw their actions' noise from each rank's own generator, so their ranks do not see one
+    process's noise: the same averaging, not the same numbers.)"""
+    from tests.distributed.offpolicy_workers import off_policy_equivalence
+
+    single = expect_ok(*run_ranks(off_policy_equivalence, 1, algorithm, 6, timeout=120)[:2], 1)
+    ranks = expect_ok(*run_ranks(off_policy_equivalence, 2, algorithm, 6, timeout=120)[:2], 2)
+    assert ranks[0]["keys"] == single[0]["keys"]
+    for k, v in single[0]["module"].items():
+        assert torch.equal(ranks[0]["module"][k], ranks[1]["module"][k]), k  # one replica
+        torch.testing.assert_close(ranks[0]["module"][k], v, atol=1e-6, rtol=1e-5, msg=k)
+    moved = [k for k, v in single[0]["module"].items() if v.is_floating_point()]
+    assert moved  # (the module holds the trained and the target weights)

@@ -112,6 +112,9 @@ def run_stats(records: list[dict], warmup: int) -> dict[str, Any]:
     parts = [m("time/rollout"), m("time/learn"), m("time/comm"), m("time/sync") or 0.0]
     known = [p for p in parts if p is not None]
     other = t_iter - sum(known) if len(known) == len(parts) else None
+    # each rank's own breakdown (allreduce records it: rank/<r>/<part>), as rank<r>_<part>
+    per_rank = sorted({k for r in kept for k in r if k.startswith("rank/")})
+    ranks = {f"rank{k.split('/')[1]}_{k.split('/')[2]}": m(k) for k in per_rank}
     return {
         "fps": steps / seconds,
         "t_iter": t_iter,
@@ -122,6 +125,7 @@ def run_stats(records: list[dict], warmup: int) -> dict[str, Any]:
         "t_sync": m("time/sync"),
         "t_other": other,
         "iterations_kept": len(kept),
+        **ranks,
     }
 
 

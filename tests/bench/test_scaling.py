@@ -66,10 +66,13 @@ def test_run_stats_drops_warmup_and_divides_steps_by_time():
             "time/comm": t / 8,
             "time/sync": None,
             "time/rollout_max": t / 2,
+            "rank/0/comm": t / 8,
+            "rank/1/comm": t / 16,
         }
         for i, t in ((1, 10.0), (2, 0.5), (3, 1.5))
     ]
     st = run_stats(recs, warmup=1)
+    assert st["rank0_comm"] == pytest.approx(0.125) and st["rank1_comm"] == pytest.approx(0.0625)
     assert st["fps"] == pytest.approx(200 / 2.0)
     assert st["t_iter"] == pytest.approx(1.0)
     assert st["t_rollout"] == pytest.approx(0.5)

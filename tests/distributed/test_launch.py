@@ -67,3 +67,24 @@ def test_multi_node_ranks_keep_the_users_gloo_interface(monkeypatch):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
     assert launch.launch_env(2)["GLOO_SOCKET_IFNAME"] == launch.loopback_interface()
     assert launch.launch_env(2, one_machine=False)["GLOO_SOCKET_IFNAME"] == "eth7"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_each_ranks_time_breakdown_is_in_every_record(tmp_path):
+    """Under allreduce every record holds each rank's rollout, learn, comm and sync seconds
+    (rank/<r>/*): who waited for whom."""
+    from distrl.telemetry import read_metrics
+    from tests.distributed.workers import run_cli
+    from tests.helpers import BIN
+
+    run = tmp_path / "run"
+    cmd = [str(BIN / "distrl"), "train", "cartpole", "--nproc", "2", "--agent.max-iterations"]
+    cmd += ["2", "--progress", "False", "--tensorboard", "False", "--run-dir", str(run)]
+    code, out, err, _ = run_cli(cmd, timeout=100)
+    assert code == 0, out + err
+    for record in read_metrics(run):
+        for r in (0, 1):
+            for part in ("rollout", "learn", "comm", "sync"):
+                assert record[f"rank/{r}/{part}"] >= 0.0, (r, part, record)
+        assert record["rank/0/rollout"] == pytest.approx(record["time/rollout"])

@@ -12,7 +12,7 @@ import torch
 
 from distrl.config import AgentConfig, EnvConfig, TrainConfig
 
-TIMING = ("wall_time", "unix_time", "perf/", "time/")
+TIMING = ("wall_time", "unix_time", "perf/", "time/", "rank/")  # rank/<r>/*: seconds too
 
 
 def golden_config(run_dir: str, distributed: bool) -> TrainConfig:

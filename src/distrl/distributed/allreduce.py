@@ -40,6 +40,16 @@ class AllReduceStrategy(Collectives):
     def verify_replicas(self, module: nn.Module) -> None:
         verify_identical(self, module)
 
+    def gather_rank_times(self, times: list[float]) -> torch.Tensor | None:
+        """One small all-gather after the iteration, outside its timings (the per-rank figures
+        of ``time/*`` in each record: who waited for whom)."""
+        if not self.active:
+            return None
+        row = torch.tensor(times, dtype=torch.float64, device=self.ctx.device)
+        out = self.all_gather(row)
+        self.take_times()  # (not the next iteration's communication)
+        return out.cpu()
+
 
 def verify_identical(collectives: Collectives, module: nn.Module) -> None:
     """Raise if any rank's (of the group's) parameters differ from rank 0's (sum, sum of

@@ -254,6 +254,11 @@ class Strategy(Protocol):
         """Keys the strategy adds to every iteration's record (``dist/...``)."""
         ...
 
+    def gather_rank_times(self, times: list[float]) -> torch.Tensor | None:
+        """Every rank's rollout, learn, comm and sync seconds of the iteration [ranks, 4], or
+        None where its ranks do not run the iteration together (``rank/<r>/*`` keys)."""
+        ...
+
     def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision:
         """Turn this rank's ``[grads | scalars]`` of one minibatch into new parameters."""
         ...

@@ -123,6 +123,12 @@ class Collectives:
         """What the strategy adds to each iteration's record (none here)."""
         return {}
 
+    def gather_rank_times(self, times: list[float]) -> torch.Tensor | None:
+        """Every rank's ``times`` (its rollout, learn, comm and sync seconds of the iteration),
+        [ranks, 4] on each, where the strategy's ranks all run the iteration together; None
+        where they do not (the default: a server's workers, actors, one process)."""
+        return None
+
     # ---- tensors --------------------------------------------------------------------------
     def allreduce_sum_(self, tensor: torch.Tensor) -> None:
         if self.active:

@@ -101,6 +101,12 @@ class ElasticAllReduce(AllReduceStrategy):
     def num_collectors(self) -> int:
         return self.world_size
 
+    def gather_rank_times(self, times: list[float]) -> torch.Tensor | None:
+        """None: a collective after the update would be one more place to lose a peer in,
+        where the iteration is already complete (``recover`` keeps it or not by where it
+        failed); the members' rollout times are in the record (``time/rollout_max``)."""
+        return None
+
     def setup(self, policy: Any, learner: Any) -> None:
         if not self._sync_pending:  # a replacement takes everything from a peer instead
             super().setup(policy, learner)

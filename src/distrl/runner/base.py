@@ -39,6 +39,9 @@ from distrl.seeding import rank_seed, seed_everything
 from distrl.telemetry import Telemetry
 from distrl.training_state import TrainingState
 
+RANK_TIMES = ("rollout", "learn", "comm", "sync")
+"""Each rank's seconds of an iteration, as ``rank/<r>/<name>`` in its record (allreduce)."""
+
 
 class Runner(ABC):
     """The steps every role loop is built from; subclasses are the algorithms."""
@@ -197,6 +200,12 @@ class Runner(ABC):
         self.iteration += 1
         steps = self.env_steps - steps_before
         record = self.record(time.perf_counter() - t0, metrics, steps, t_rollout, comm, sync)
+        times = [t_rollout, record["time/learn"], comm, sync or 0.0]
+        by_rank = self.strategy.gather_rank_times(times)
+        if by_rank is not None:  # each rank's figures: who waited for whom
+            for r, row in enumerate(by_rank.tolist()):
+                for key, value in zip(RANK_TIMES, row, strict=True):
+                    record[f"rank/{r}/{key}"] = value
         self.last_record = record
         self.log(record)
         if self.checkpoint_due():

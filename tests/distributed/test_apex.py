@@ -51,6 +51,7 @@ def test_ape_x_fills_the_learners_replay_and_resumes_bit_for_bit(tmp_path):
     assert_same(a, b)
 
 
+@pytest.mark.long  # ~12 s: make test keeps to about 10 minutes
 @pytest.mark.timeout(120)
 def test_each_actor_explores_with_its_own_epsilon(tmp_path):
     """Ape-X's epsilon_i = 0.4^(1 + 7 i / (A - 1)): actor 0 explores at 0.4, actor 1 at 0.4^8;

@@ -124,7 +124,7 @@ def server_output(results) -> tuple[list[dict], str]:
     return got["records"], got["stdout"]
 
 
-@pytest.mark.slow  # 6 ranks: ~15 s each
+@pytest.mark.long  # 6 ranks: ~15 s each
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("mode", ["asp", "bap"])
 def test_asp_and_bap_run_across_sink_nodes_with_every_workers_steps(tmp_path, mode):
@@ -138,7 +138,7 @@ def test_asp_and_bap_run_across_sink_nodes_with_every_workers_steps(tmp_path, mo
         assert recs[-1]["dist/version"] == 3 * 3 * 3 * 4  # peers x iterations x epochs x mbs
 
 
-@pytest.mark.slow  # ~25 s
+@pytest.mark.long  # ~25 s
 @pytest.mark.timeout(200)
 def test_a_dead_worker_of_a_sink_is_dropped_by_name_and_training_finishes(tmp_path):
     results, codes = sink_run(tmp_path, "asp", dict(max_iterations=6), dict(kill_worker=(5, 2)))

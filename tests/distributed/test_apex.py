@@ -34,6 +34,7 @@ def train(
     return out + err
 
 
+@pytest.mark.long  # 27 s: make test keeps to about 10 minutes; CI runs it
 @pytest.mark.timeout(400)
 def test_ape_x_fills_the_learners_replay_and_resumes_bit_for_bit(tmp_path):
     said = train(tmp_path, "full")

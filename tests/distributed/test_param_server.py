@@ -117,7 +117,7 @@ def test_a_dead_worker_is_dropped_by_name_and_training_finishes(tmp_path, mode):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["kill", "stop"])
+@pytest.mark.parametrize("fault", ["kill", pytest.param("stop", marks=pytest.mark.long)])
 def test_a_lost_server_stops_every_worker_naming_it(tmp_path, fault):
     import json
 

@@ -224,7 +224,7 @@ def test_self_play_trains_rates_and_resumes_bit_for_bit(tmp_path):
     records = read_metrics(tmp_path / "whole")
     assert records[-1]["league/size"] == 2 and "selfplay/win_vs_random" in records[-1]
     assert records[-1]["league/elo"] != 1000.0
-    strip = ("wall_time", "unix_time", "time/", "perf/")
+    strip = ("wall_time", "unix_time", "time/", "perf/", "rank/")
     same = [{k: v for k, v in r.items() if not k.startswith(strip)} for r in records]
     again = [{k: v for k, v in r.items() if not k.startswith(strip)}
              for r in read_metrics(tmp_path / "parts")]  # fmt: skip

@@ -108,6 +108,7 @@ def test_a_stopped_actor_is_dropped_and_the_run_finishes(tmp_path):
     assert records(tmp_path / "run")[-1]["dist/actors"] == 1
 
 
+@pytest.mark.long  # 16 s: make test keeps to about 10 minutes; CI runs it
 @pytest.mark.timeout(300)
 def test_a_killed_worker_is_restarted_by_torchrun_and_the_run_resumes(tmp_path):
     flags = ["--dist.strategy", "ps-bap", "--agent.save-interval", "5"]

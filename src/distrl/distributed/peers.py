@@ -1,9 +1,9 @@
 """The peer layer: one coordinator and its peers, whatever they send each other.
 
 Every point-to-point scheme of distrl is a coordinator with peers: a parameter server and its
-workers, a learner and its actors (and, later, a population controller and its members, a sink
-node and its sub-workers, a replay shard and the actors that fill it). What they send differs
-(each side's scheme: ``ps_server.py``, ``ps_worker.py``, ``learner.py``, ``actor.py``); how a
+workers (or sink nodes), a sink node and its workers, a learner and its actors (Ape-X's actors
+fill its replay). What they send differs (each side's scheme: ``ps_server.py``, ``ps_sink.py``,
+``ps_worker.py``, ``learner.py``, ``actor.py``); how a
 message travels, what a coordinator trusts of it and what happens to a peer that breaks the
 rules does not, and is written here once:
 

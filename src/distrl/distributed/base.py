@@ -255,8 +255,7 @@ class Strategy(Protocol):
         ...
 
     def gather_rank_times(self, times: list[float]) -> torch.Tensor | None:
-        """Every rank's rollout, learn, comm and sync seconds of the iteration [ranks, 4], or
-        None where its ranks do not run the iteration together (``rank/<r>/*`` keys)."""
+        """Every rank's ``times`` [ranks, 4] (``rank/<r>/*``), or None (``Collectives``)."""
         ...
 
     def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision:
@@ -346,16 +345,11 @@ class ServerLink(Protocol):
 
 
 class SinkLink(Protocol):
-    """A parameter server's sink node (``runner.roles.relay``): a server to its workers, one
-    peer of the server."""
+    """A parameter server's sink node (``runner.roles.relay``; ``ps_sink.py``)."""
 
-    def relay(self, start_iteration: int, layout: StatsLayout | None = None) -> None:
-        """Close its workers' rounds and pass them up, pass the server's messages down, until
-        the server says goodbye; ``layout``: what every statistics row must hold."""
+    def relay(self, start_iteration: int, layout: StatsLayout | None = None) -> None: ...
 
-    def release(self) -> list[str]:
-        """After the loop: what is left to say, then its dropped workers are told to leave."""
-        ...
+    def release(self) -> list[str]: ...
 
 
 class LearnerLink(Protocol):

@@ -38,6 +38,7 @@ from distrl.distributed.param_server import (
     worker_message_error,
 )
 from distrl.distributed.peers import Coordinator, PeerLost
+from distrl.distributed.ps_sink import states_by_rank, unstack_rows
 from distrl.distributed.transport import from_bytes_payload, pack64, unpack64
 
 
@@ -85,24 +86,12 @@ class PSServer(PSRank):
     def _rows(
         self, peer: int, nsums: int, payload: torch.Tensor
     ) -> tuple[dict[int, torch.Tensor], str | None]:
-        """A statistics message's rows by worker rank: a worker's own row, or a sink's rows,
-        stacked after their ranks (``ps_sink.stack_rows``); else ({}, why it cannot be
-        used)."""
+        """A statistics message's rows by worker rank, or ({}, why not) (``unstack_rows``)."""
         if peer not in self.sinks:
             return {peer: unpack64(payload)}, None
-        layout, words = self.layout, payload.numel()
-        width = layout.numel if layout is not None else 0
-        if layout is not None and nsums != layout.num_sums:
-            return {}, f"statistics of {nsums} sums, not {layout.num_sums}"
-        if not width or words % (2 * (width + 1)) or not words:
-            return {}, f"stacked statistics of {words} words, not rows of {width} under a rank"
-        flat = unpack64(payload)
-        k = flat.numel() // (width + 1)
-        ranks = [int(r) for r in flat[:k].tolist()]
-        if ranks != sorted(set(ranks)) or not set(ranks) <= set(self.sinks[peer]):
-            return {}, f"statistics of ranks {ranks}, not of its workers {self.sinks[peer]}"
-        rows = flat[k:].reshape(k, width)
-        return dict(zip(ranks, rows, strict=True)), None
+        if payload.numel() % 2:  # not float64 words
+            return {}, f"stacked statistics of {payload.numel()} words, an odd number"
+        return unstack_rows(unpack64(payload), nsums, self.layout, self.sinks[peer])
 
     def live_workers(self) -> set[int]:
         """Every worker that still counts: the server's own live workers, and each live
@@ -272,13 +261,8 @@ class PSServer(PSRank):
                 yield ServerEvent("checkpoint", it, states=states)
 
     def _states_of(self, peer: int, state: Any) -> dict[int, Any] | None:
-        """A state message's states by rank: a worker's own, or a sink's workers' (a dict by
-        rank, of its workers only); None when a sink's is not that."""
-        if peer not in self.sinks:
-            return {peer: state}
-        if not isinstance(state, dict) or not set(state) <= set(self.sinks[peer]):
-            return None
-        return dict(state)
+        """A state message's states by rank (a sink's: ``ps_sink.states_by_rank``)."""
+        return states_by_rank(state, self.sinks[peer]) if peer in self.sinks else {peer: state}
 
     # ---- statistics --------------------------------------------------------------------------
     @staticmethod

@@ -69,6 +69,32 @@ def stack_rows(rows: dict[int, torch.Tensor]) -> torch.Tensor:
     return torch.cat([head, *(rows[r] for r in ranks)])
 
 
+def unstack_rows(
+    flat: torch.Tensor, nsums: int, layout: StatsLayout | None, members: list[int]
+) -> tuple[dict[int, torch.Tensor], str | None]:
+    """``stack_rows`` read back on the server: the rows by rank, or ({}, why not) where the
+    sums, the row width, or the ranks (sorted, unique, of ``members``) are not a sink's."""
+    width = layout.numel if layout is not None else 0
+    if layout is not None and nsums != layout.num_sums:
+        return {}, f"statistics of {nsums} sums, not {layout.num_sums}"
+    if not width or not flat.numel() or flat.numel() % (width + 1):
+        words = 2 * flat.numel()
+        return {}, f"stacked statistics of {words} words, not rows of {width} under a rank"
+    k = flat.numel() // (width + 1)
+    ranks = [int(r) for r in flat[:k].tolist()]
+    if ranks != sorted(set(ranks)) or not set(ranks) <= set(members):
+        return {}, f"statistics of ranks {ranks}, not of its workers {members}"
+    return dict(zip(ranks, flat[k:].reshape(k, width), strict=True)), None
+
+
+def states_by_rank(state: Any, members: list[int]) -> dict[int, Any] | None:
+    """A sink's state message read back on the server: its workers' states by rank, or None
+    when it is not a dict of its workers' ranks."""
+    if not isinstance(state, dict) or not set(state) <= set(members):
+        return None
+    return dict(state)
+
+
 class PSSink(PSRank):
     """``--dist.strategy ps-*`` with ``--dist.ps.group-size``: ``relay`` is the sink's loop,
     ``release`` its end."""

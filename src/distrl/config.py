@@ -76,6 +76,11 @@ class PolicyConfig:
     layer_norm: bool = False
     """LayerNorm after every hidden layer of the MLP bodies (PQN's default: it trains its Q
     network without a target network or replay)."""
+    mapping: Literal["shared", "per-group"] = "shared"
+    """Multi-agent tasks (PettingZoo): shared, one policy acts for every agent (its group's
+    one-hot leads each row when the agents form two groups or more); per-group, each group of
+    agents (adversary_0 and adversary_1 in one, agent_0 in another) has its own actor and
+    critic, RLlib's policy mapping by agent type. ppo, rloo, pqn and dqn; an MLP network."""
 
 
 @dataclass(frozen=True)

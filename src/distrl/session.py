@@ -245,6 +245,10 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
                 f"{cfg.env.num_envs} envs on {ctx.device} ({ctx.backend or 'single process'}, "
                 f"strategy {strategy.name}) | run dir {run_dir}"
             )
+            groups = getattr(env, "policy_groups", ())
+            if len(groups) > 1:  # a multi-agent task's agent groups, and who acts for them
+                who = "a policy each" if cfg.policy.mapping == "per-group" else "one policy"
+                tel.message(f"agents: groups {', '.join(groups)}, {who} (--policy.mapping)")
             tree = getattr(strategy, "tree", None)  # a parameter server's sink nodes
             if tree is not None and tree.sinks:
                 tel.message(f"{strategy.name}: {tree.describe()}")

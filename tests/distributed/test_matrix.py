@@ -12,10 +12,12 @@ reaches 0.9 and the run stops early there. Each run is a fresh launcher with a h
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.distributed.workers import run_cli
 from tests.helpers import BIN
@@ -297,3 +299,30 @@ def test_connect_four_self_play_beats_random_under(tmp_path, strategy):
     records, _ = train(tmp_path, "connect-four", flags)
     last = records[-1]
     assert last["league/size"] >= 4 and last["selfplay/win_vs_random"] >= 0.7, last
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(importlib.util.find_spec("mpe2") is None, reason="the multiagent extra")
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        "allreduce",
+        *(pytest.param(s, marks=pytest.mark.long) for s in ("ps-bsp", "learner-actor")),
+    ],
+)
+def test_a_policy_per_agent_group_trains_under(tmp_path, strategy):
+    """MPE's speaker and listener, each group its own actor and critic (the task's default
+    --policy.mapping per-group), on 2 or 3 ranks: both groups' networks are trained and saved,
+    and each agent's return is in the records under allreduce (rank 0 plays there; the
+    parameter server and the learner play no episodes)."""
+    flags = [*STRATEGIES[strategy], "--env.num-envs", "8", "--agent.max-iterations", "3"]
+    records, out = train(tmp_path, "mpe-speaker-listener", flags)
+    assert "agents: groups speaker, listener, a policy each" in out, out[-2000:]
+    returns = {"agent/speaker_0/return", "agent/listener_0/return"}
+    assert returns <= set(records[-1]) or strategy != "allreduce", records[-1]
+    assert records[-1]["episode_return_mean"] is not None
+    ckpt = sorted((tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))[-1]
+    policy = torch.load(ckpt, weights_only=True)["policy"]
+    for net in ("actor", "critic"):  # group 1's network differs from group 0's
+        a, b = policy[f"{net}.nets.0.0.weight"], policy[f"{net}.nets.1.0.weight"]
+        assert a.shape == b.shape and not torch.equal(a, b)

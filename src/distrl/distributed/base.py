@@ -241,8 +241,8 @@ class Strategy(Protocol):
         """Whether ``take_times``' sync figure is measured (else it is reported as null)."""
         ...
 
-    def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
-        """Make every rank's replica (parameters, buffers, optimizer state) equal rank 0's."""
+    def setup(self, policy: nn.Module, learner: GradientLearner, rows: int = 0) -> None:
+        """Make every rank's replica equal rank 0's; ``rows``: an env's (0: --env.num-envs)."""
 
     @property
     def recovery(self) -> Recovery | None:

@@ -107,9 +107,9 @@ class ElasticAllReduce(AllReduceStrategy):
         failed); the members' rollout times are in the record (``time/rollout_max``)."""
         return None
 
-    def setup(self, policy: Any, learner: Any) -> None:
+    def setup(self, policy: Any, learner: Any, rows: int = 0) -> None:
         if not self._sync_pending:  # a replacement takes everything from a peer instead
-            super().setup(policy, learner)
+            super().setup(policy, learner, rows)
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         if self._sync_pending:  # a replacement's start-up: the members are mid-run

@@ -1,18 +1,27 @@
 """PettingZoo's Parallel API as a distrl ``VecEnv``: every agent of every env copy is one row of
-the batch, and one policy, shared by all agents, acts for every row (parameter sharing, as
-MAPPO trains MPE's cooperative tasks).
+the batch, and the agents fall into groups (``adversary_0`` and ``adversary_1`` in one, ``agent_0``
+in another), each acted for by one policy: all groups by one shared policy (parameter sharing, as
+MAPPO trains MPE's cooperative tasks; ``--policy.mapping shared``, the default), or each group by
+its own (``--policy.mapping per-group``, RLlib's policy mapping by agent type).
 
 ``ParallelVecEnv(make, num_envs, device)`` steps ``num_envs`` copies of ``make()`` (a
 ``pettingzoo.ParallelEnv``) with A agents each, so the VecEnv has ``num_envs * A`` rows: copy
 ``i``'s agent ``j`` (in ``possible_agents`` order) is row ``i * A + j``.
 
-- **Spaces.** Every agent's observation space must have one shape (a shared policy reads them
-  all): a ``Box`` (flattened to float32), or PettingZoo's ``Dict`` of ``observation`` (a Box) and
+- **Groups.** ``groups`` maps an agent's name to its group's (default ``agent_group``: the name
+  without a trailing ``_<number>``, as PettingZoo names its agents). With two groups or more,
+  each row starts with its group's one-hot (``policy_groups`` names them, in order of first
+  appearance), left as it is by the observation normalizer, so that a shared policy knows each
+  agent's role and a per-group policy routes the row to its group's networks.
+- **Spaces.** The agents of one group must have the same spaces. An observation is a ``Box``
+  (flattened to float32), or PettingZoo's ``Dict`` of ``observation`` (a Box) and
   ``action_mask`` (the classic games'), whose mask goes last in the row with
-  ``ActionSpace.mask_in_obs`` set, so that illegal actions get no probability. ``agent_id``
-  appends each agent's one-hot index (for agents whose observations alone do not say which they
-  are). Actions: one ``Discrete(n)`` or one 1-D ``Box`` for all agents. Anything else is
-  refused at construction, naming the space.
+  ``ActionSpace.mask_in_obs`` set, so that illegal actions get no probability. Groups may differ
+  in their observation's size (the rows are padded with zeros to the widest) and in their number
+  of discrete actions (the policy has the most; a group's actions beyond its own are masked
+  out, as illegal ones are). ``agent_id`` appends each agent's one-hot index (for agents whose
+  observations alone do not say which they are). Actions: ``Discrete`` or one 1-D ``Box``,
+  the same Box for every agent. Anything else is refused at construction, naming the space.
 - **Episodes.** A copy's episode ends when all its agents are done (terminated or truncated) or
   none is left; every agent's row then ends its episode in the same step (``terminated`` where
   the agent terminated, else ``truncated``, bootstrapped from ``final_obs``), and the copy is
@@ -27,8 +36,10 @@ Gymnasium task does).
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,57 +52,113 @@ from distrl.install import pip_install
 HINT = f"install distrl's multiagent extra (pettingzoo, mpe2): {pip_install('multiagent')}"
 
 
-def _spaces(env: Any) -> tuple[Any, int, bool, ActionSpace]:
-    """(observation Box, its size, whether a Dict carries an action mask, the ActionSpace) of
-    ``env``'s agents, refused unless every agent has the same ones."""
+def agent_group(agent: str) -> str:
+    """The default group of an agent: its name without a trailing ``_<number>``
+    (``adversary_0`` -> ``adversary``)."""
+    return re.sub(r"_\d+$", "", agent)
+
+
+@dataclass(frozen=True)
+class AgentSpace:
+    """One agent's part of a row: its observation's size, whether a Dict carries its action
+    mask, and its number of discrete actions (0: continuous)."""
+
+    size: int
+    masked: bool
+    n: int
+
+
+def _agent_space(agent: str, obs: Any, action: Any) -> AgentSpace:
+    """``agent``'s observation and action spaces, refused unless distrl can read them."""
     from gymnasium import spaces
 
-    agents = list(env.possible_agents)
-    obs_spaces = [env.observation_space(a) for a in agents]
-    act_spaces = [env.action_space(a) for a in agents]
-    first, action = obs_spaces[0], act_spaces[0]
-    if any(s != first for s in obs_spaces) or any(s != action for s in act_spaces):
-        raise ValueError(
-            "the agents of this PettingZoo env have different observation or action spaces; one "
-            "policy shared by every agent needs them equal (a policy per group is not built)"
-        )
     masked = False
-    if isinstance(first, spaces.Dict):
-        if set(first.spaces) != {"observation", "action_mask"}:
+    if isinstance(obs, spaces.Dict):
+        if set(obs.spaces) != {"observation", "action_mask"}:
             raise ValueError(
-                f"a Dict observation must hold exactly 'observation' and 'action_mask' (as "
-                f"PettingZoo's classic games), got keys {sorted(first.spaces)}"
+                f"agent {agent!r}: a Dict observation must hold exactly 'observation' and "
+                f"'action_mask' (as PettingZoo's classic games), got keys {sorted(obs.spaces)}"
             )
-        masked, first = True, first.spaces["observation"]
-    if not isinstance(first, spaces.Box):
-        raise ValueError(f"observation space {first}: a Box (or Box and action_mask) is needed")
-    size = int(np.prod(first.shape))
+        masked, obs = True, obs.spaces["observation"]
+    if not isinstance(obs, spaces.Box):
+        raise ValueError(
+            f"agent {agent!r}: observation space {obs}: a Box (or Box and action_mask) is needed"
+        )
     if isinstance(action, spaces.Discrete):
-        return first, size, masked, ActionSpace("discrete", n=int(action.n), mask_in_obs=masked)
+        return AgentSpace(int(np.prod(obs.shape)), masked, int(action.n))
     if masked:
-        raise ValueError("an action mask needs Discrete actions")
+        raise ValueError(f"agent {agent!r}: an action mask needs Discrete actions")
     if isinstance(action, spaces.Box) and len(action.shape) == 1:
-        low, high = tuple(map(float, action.low)), tuple(map(float, action.high))
-        return first, size, False, ActionSpace("continuous", low=low, high=high)
-    raise ValueError(f"action space {action}: Discrete or a 1-D Box is needed")
+        return AgentSpace(int(np.prod(obs.shape)), False, 0)
+    raise ValueError(f"agent {agent!r}: action space {action}: Discrete or a 1-D Box is needed")
+
+
+def _action_space(env: Any, agents: list[str], own: list[AgentSpace]) -> ActionSpace:
+    """The policy's actions for every row: the most discrete actions of any agent (masked where
+    an agent has fewer or a Dict carries a mask), or the one Box every agent shares."""
+    if all(s.n for s in own):
+        n = max(s.n for s in own)
+        masked = any(s.masked or s.n < n for s in own)
+        return ActionSpace("discrete", n=n, mask_in_obs=masked)
+    box = env.action_space(agents[0])
+    if any(s.n for s in own) or any(env.action_space(a) != box for a in agents):
+        raise ValueError(
+            "the agents of this PettingZoo env mix action spaces ("
+            + ", ".join(f"{a}: {env.action_space(a)}" for a in agents)
+            + "); continuous actions must be the same Box for every agent"
+        )
+    low, high = tuple(map(float, box.low)), tuple(map(float, box.high))
+    return ActionSpace("continuous", low=low, high=high)
+
+
+def _groups(env: Any, agents: list[str], group: Callable[[str], str]) -> list[str]:
+    """Each agent's group (refused where the agents of one group have different spaces)."""
+    names = [str(group(a)) for a in agents]
+    for g in dict.fromkeys(names):
+        members = [a for a, name in zip(agents, names, strict=True) if name == g]
+        first = members[0]
+        for a in members[1:]:
+            if (env.observation_space(a), env.action_space(a)) != (
+                env.observation_space(first), env.action_space(first)
+            ):  # fmt: skip
+                raise ValueError(
+                    f"agents {first!r} and {a!r} of group {g!r} have different observation or "
+                    f"action spaces; the agents of a group share a policy, so they need equal "
+                    f"ones (register the task with groups= mapping them to different groups)"
+                )
+    return names
 
 
 class ParallelVecEnv(VecEnv):
     """``num_envs`` copies of a PettingZoo ParallelEnv, every agent a row (module docstring)."""
 
     def __init__(self, make: Callable[[], Any], num_envs: int, device: torch.device | str,
-                 max_episode_steps: int | None = None, agent_id: bool = False) -> None:  # fmt: skip
+                 max_episode_steps: int | None = None, agent_id: bool = False,
+                 groups: Callable[[str], str] | None = None) -> None:  # fmt: skip
         self.copies = [make() for _ in range(num_envs)]
         first = self.copies[0]
         self.agents = list(first.possible_agents)
         self.index = {a: j for j, a in enumerate(self.agents)}  # agent -> its row in a copy
         self.A = len(self.agents)
-        _, self.size, self.masked, self.action_space = _spaces(first)
+        names = _groups(first, self.agents, groups or agent_group)
+        self.policy_groups = tuple(dict.fromkeys(names))
+        """The agents' groups, in order of first appearance (one policy each under
+        ``--policy.mapping per-group``); with two or more, each row starts with its one-hot."""
+        self.group_of = np.array([self.policy_groups.index(g) for g in names])
+        self.own = [
+            _agent_space(a, first.observation_space(a), first.action_space(a)) for a in self.agents
+        ]
+        self.action_space = _action_space(first, self.agents, self.own)
+        self.masked = self.action_space.mask_in_obs
         self.agent_id = agent_id
         self.n_actions = self.action_space.n
+        K = len(self.policy_groups)
+        self.group_width = K if K > 1 else 0
+        self.size = max(s.size for s in self.own)
         self.obs_dim = (
-            self.size + (self.A if agent_id else 0) + (self.n_actions if self.masked else 0)
-        )
+            self.group_width + self.size + (self.A if agent_id else 0)
+            + (self.n_actions if self.masked else 0)
+        )  # fmt: skip
         self.num_envs = num_envs * self.A
         self.device = torch.device(device)
         self.max_episode_steps = max_episode_steps
@@ -105,18 +172,23 @@ class ParallelVecEnv(VecEnv):
     def _rows(self, i: int, obs: dict[str, Any]) -> np.ndarray:
         """Copy ``i``'s observation rows [A, obs_dim] (zeros for an agent that left)."""
         out = np.zeros((self.A, self.obs_dim), dtype=np.float32)
+        G = self.group_width
         for j, agent in enumerate(self.agents):
             if agent not in obs:
                 continue
-            o = obs[agent]
-            values = o["observation"] if self.masked else o
-            out[j, : self.size] = np.asarray(values, dtype=np.float32).reshape(-1)
-            at = self.size
+            o, own = obs[agent], self.own[j]
+            if G:
+                out[j, self.group_of[j]] = 1.0
+            values = o["observation"] if own.masked else o
+            out[j, G : G + own.size] = np.asarray(values, dtype=np.float32).reshape(-1)
+            at = G + self.size
             if self.agent_id:
                 out[j, at + j] = 1.0
                 at += self.A
             if self.masked:
-                out[j, at:] = np.asarray(o["action_mask"], dtype=np.float32)
+                out[j, at : at + own.n] = (
+                    np.asarray(o["action_mask"], dtype=np.float32) if own.masked else 1.0
+                )
         return out
 
     def _reset_copy(self, i: int) -> np.ndarray:
@@ -195,15 +267,19 @@ class AgentReturns(Hooks):
                 record[f"agent/{name}/return"] = value
 
 
-def mpe_spread(num_envs: int, device: torch.device | str,
-               max_episode_steps: int | None = None) -> ParallelVecEnv:  # fmt: skip
-    """MPE2's ``simple_spread_v3``: 3 agents cover 3 landmarks (discrete moves, 25 steps)."""
+def mpe(name: str, num_envs: int, device: torch.device | str,
+        max_episode_steps: int | None = None) -> ParallelVecEnv:  # fmt: skip
+    """An MPE2 task with discrete moves: ``spread`` (``simple_spread_v3``: 3 agents cover 3
+    landmarks, 25 steps) or ``speaker-listener`` (``simple_speaker_listener_v4``: a speaker that
+    sees the goal's colour and a listener that hears it, two groups, 25 steps)."""
     try:
-        from mpe2 import simple_spread_v3
+        from mpe2 import simple_speaker_listener_v4, simple_spread_v3
     except ImportError as e:
-        raise ImportError(f"task mpe-spread needs MPE2: {HINT}") from e
+        raise ImportError(f"task mpe-{name} needs MPE2: {HINT}") from e
 
     def make() -> Any:
-        return simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
+        if name == "spread":
+            return simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
+        return simple_speaker_listener_v4.parallel_env(max_cycles=25, continuous_actions=False)
 
     return ParallelVecEnv(make, num_envs, device, max_episode_steps)

@@ -137,29 +137,52 @@ def _atari(game: str) -> Callable[[int, torch.device, int | None], VecEnv]:
     return make
 
 
-def _pettingzoo(factory: Callable[[], Any], agent_id: bool) -> Callable[..., VecEnv]:
+def _pettingzoo(
+    factory: Callable[[], Any], agent_id: bool, groups: Callable[[str], str] | None = None
+) -> Callable[..., VecEnv]:
     def make(num_envs: int, device: torch.device, max_episode_steps: int | None = None) -> VecEnv:
         from distrl.envs.pettingzoo_env import ParallelVecEnv
 
-        return ParallelVecEnv(factory, num_envs, device, max_episode_steps, agent_id=agent_id)
+        return ParallelVecEnv(
+            factory, num_envs, device, max_episode_steps, agent_id=agent_id, groups=groups
+        )
 
     return make
 
 
-def _require_mpe2() -> None:
-    import importlib.util
+def _group_table(name: str, table: dict[str, str]) -> Callable[[str], str]:
+    """``groups=`` given as a dict: every agent must be in it (refused when the env is built)."""
 
-    if importlib.util.find_spec("mpe2") is None:
-        from distrl.envs.pettingzoo_env import HINT
+    def group(agent: str) -> str:
+        if agent not in table:
+            raise ValueError(
+                f"task {name!r}: agent {agent!r} is not in the groups= given to register_task "
+                f"(it names {sorted(table)})"
+            )
+        return table[agent]
 
-        raise ValueError(f"task mpe-spread needs MPE2, which is not installed: {HINT}")
+    return group
 
 
-def _mpe_spread(num_envs: int, device: torch.device, max_episode_steps: int | None = None
-                ) -> VecEnv:  # fmt: skip
-    from distrl.envs.pettingzoo_env import mpe_spread
+def _mpe(name: str) -> tuple[Callable[..., VecEnv], Callable[[], None]]:
+    """Task ``mpe-<name>``'s env factory (``pettingzoo_env.mpe``) and the preflight that names
+    the extra to install when MPE2 is missing."""
 
-    return mpe_spread(num_envs, device, max_episode_steps)
+    def make(num_envs: int, device: torch.device, max_episode_steps: int | None = None
+             ) -> VecEnv:  # fmt: skip
+        from distrl.envs.pettingzoo_env import mpe
+
+        return mpe(name, num_envs, device, max_episode_steps)
+
+    def preflight() -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("mpe2") is None:
+            from distrl.envs.pettingzoo_env import HINT
+
+            raise ValueError(f"task mpe-{name} needs MPE2, which is not installed: {HINT}")
+
+    return make, preflight
 
 
 _BUILTINS: dict[str, Task] = {
@@ -197,9 +220,19 @@ _BUILTINS: dict[str, Task] = {
             name="mpe-spread",
             description="MPE's simple_spread through PettingZoo: 3 agents cover 3 landmarks "
             "(discrete 5 each), every agent a row, one shared policy; needs the multiagent extra",
-            make_env=_mpe_spread,
+            make_env=_mpe("spread")[0],
             default_config=TUNED["mpe-spread"],
-            preflight=_require_mpe2,
+            preflight=_mpe("spread")[1],
+            hooks=(AgentReturns(),),
+        ),
+        Task(
+            name="mpe-speaker-listener",
+            description="MPE's simple_speaker_listener through PettingZoo: a speaker (3 "
+            "actions) guides a listener (5) to a landmark, a policy per agent group; needs the "
+            "multiagent extra",
+            make_env=_mpe("speaker-listener")[0],
+            default_config=TUNED["mpe-speaker-listener"],
+            preflight=_mpe("speaker-listener")[1],
             hooks=(AgentReturns(),),
         ),
         Task(
@@ -425,6 +458,7 @@ def register_task(
     gym: Any = None,
     pettingzoo: Callable[[], Any] | None = None,
     agent_id: bool = False,
+    groups: Callable[[str], str] | dict[str, str] | None = None,
     default_config: TrainConfig | None = None,
     description: str = "",
     max_episode_steps: int | None = None,
@@ -445,9 +479,11 @@ def register_task(
           distrl steps ``num_envs`` copies of the first three in a SyncVectorEnv, or an
           AsyncVectorEnv with --env.vectorization async;
       pettingzoo: a factory of one PettingZoo ``ParallelEnv``: every agent of ``num_envs``
-          copies is a row, one policy shared by all (``distrl.envs.pettingzoo_env``;
-          ``agent_id`` appends each agent's one-hot index to its observation), each agent's
-          return in the records (``agent/<name>/return``).
+          copies is a row (``distrl.envs.pettingzoo_env``; ``agent_id`` appends each agent's
+          one-hot index to its observation), each agent's return in the records
+          (``agent/<name>/return``). ``groups`` maps an agent's name to its group's (a dict or
+          a function; default: the name without a trailing ``_<number>``): one policy acts for
+          all groups, or one per group with ``--policy.mapping per-group``.
     ``default_config`` is the task's starting config (its ``task`` is set to ``name``); without
     one a torch env starts from TrainConfig's defaults and a Gymnasium one from 8 envs x 128
     steps, as for ``gym:<Id>``. ``max_episode_steps`` is the Gymnasium env's time limit.
@@ -473,7 +509,11 @@ def register_task(
     if pettingzoo is not None:
         if not callable(pettingzoo):
             raise ValueError(f"register_task({name!r}): pettingzoo= must be a factory of one env")
-        make_env = _pettingzoo(pettingzoo, agent_id)
+        if isinstance(groups, dict):
+            groups = _group_table(name, groups)
+        if groups is not None and not callable(groups):
+            raise ValueError(f"register_task({name!r}): groups= must be a dict or a function")
+        make_env = _pettingzoo(pettingzoo, agent_id, groups)
         hooks = (*hooks, AgentReturns())
     if make_env is not None and not callable(make_env):
         raise ValueError(f"register_task({name!r}): the env factory {make_env!r} is not callable")

@@ -58,6 +58,26 @@ def _mujoco(task: str) -> ConfigFactory:
     )
 
 
+def _mappo(task: str, policy: PolicyConfig | None = None) -> ConfigFactory:
+    """MAPPO's simple_spread settings (Yu et al. 2022: lr 7e-4, 5 epochs of 1 minibatch, gamma
+    0.99, GAE 0.95) for MPE's tasks: 32 copies, 100 steps (4 whole 25-step episodes) per
+    iteration, 300 iterations."""
+    return config_factory(
+        task,
+        num_envs=32,
+        policy=policy,
+        num_steps=100,
+        num_epochs=5,
+        num_minibatches=1,
+        learning_rate=7e-4,
+        lr_schedule="constant",
+        gamma=0.99,
+        gae_lambda=0.95,
+        ent_coef=0.01,
+        max_iterations=300,
+    )
+
+
 def _pendulum(task: str, num_envs: int) -> ConfigFactory:
     """Pendulum swing-up: a short effective horizon (gamma 0.9) and normalized observations and
     rewards, as in rl-zoo3's PPO Pendulum settings (the cost is dense and a swing-up decision pays
@@ -187,22 +207,10 @@ TUNED: dict[str, ConfigFactory] = {
         clip_vloss=False,
         max_iterations=245,
     ),
-    # MAPPO's simple_spread settings (Yu et al. 2022: lr 7e-4, 5 epochs of 1 minibatch, gamma
-    # 0.99, GAE 0.95), one policy shared by the 3 agents: 32 copies x 3 agents = 96 rows, 100
-    # steps (4 whole 25-step episodes) per iteration, 960k agent steps
-    "mpe-spread": config_factory(
-        "mpe-spread",
-        num_envs=32,
-        num_steps=100,
-        num_epochs=5,
-        num_minibatches=1,
-        learning_rate=7e-4,
-        lr_schedule="constant",
-        gamma=0.99,
-        gae_lambda=0.95,
-        ent_coef=0.01,
-        max_iterations=300,
-    ),
+    # one policy shared by the 3 agents: 32 copies x 3 agents = 96 rows
+    "mpe-spread": _mappo("mpe-spread"),
+    # MPE's heterogeneous cooperative task: the same settings, a policy per group
+    "mpe-speaker-listener": _mappo("mpe-speaker-listener", PolicyConfig(mapping="per-group")),
     "acrobot": config_factory(
         "acrobot",
         num_envs=256,

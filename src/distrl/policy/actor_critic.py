@@ -22,6 +22,7 @@ from distrl.envs.core import ActionSpace, ObsLayout, VecEnv
 from distrl.policy import distributions as D
 from distrl.policy import networks
 from distrl.policy.encoders import Recurrent
+from distrl.policy.groups import PerGroup, group_index
 from distrl.policy.heads import HEADS, SquashedGaussian, Tanh
 from distrl.policy.normalizer import PopArt, ReturnScale, RunningNorm
 
@@ -119,6 +120,26 @@ def _probe(
     return got[-1]
 
 
+def _check_per_group(cfg: PolicyConfig, groups: int, encoder: bool) -> None:
+    """Refuse ``--policy.mapping per-group`` where it cannot route rows to groups."""
+    if groups < 2:
+        raise ValueError(
+            "--policy.mapping per-group gives each group of agents its own policy, but this "
+            "task's agents form one group (a multi-agent task whose agent names differ before "
+            "their _<number>, or one registered with groups=); use --policy.mapping shared"
+        )
+    if encoder or cfg.recurrent != "none":
+        raise ValueError(
+            "--policy.mapping per-group routes rows by their group's one-hot, which an encoder "
+            "or a recurrent core would hide: use an MLP network without --policy.recurrent"
+        )
+    if cfg.popart_tasks or cfg.head != "default":
+        raise ValueError(
+            "--policy.mapping per-group is built for ppo, rloo, pqn and dqn (not with PopArt, "
+            "nor sac's or td3's critics, which are one network)"
+        )
+
+
 class ActorCritic(nn.Module):
     """The policy: observation rows -> (normalizer | encoder) -> [recurrent core] -> actor and
     critic heads.
@@ -140,8 +161,12 @@ class ActorCritic(nn.Module):
         cfg: PolicyConfig,
         obs_shape: tuple[int, ...] | None = None,
         obs_dtype: torch.dtype = torch.float32,
+        groups: int = 0,
     ):
         super().__init__()
+        # agent groups (multi-agent envs): each row starts with its group's one-hot, this wide
+        self.groups = groups if groups > 1 else 0
+        per_group = cfg.mapping == "per-group"
         self.obs_dim, self.obs_dtype = obs_dim, obs_dtype
         # an ObsLayout (rows of several parts) stays one: the encoder reads its fields
         self.obs_shape = (
@@ -156,8 +181,12 @@ class ActorCritic(nn.Module):
         # the legal-action mask's width at the end of each raw observation row (0: none)
         self.mask_size = action_space.n if action_space.discrete and action_space.mask_in_obs else 0
         self.encoder = networks.build_encoder(cfg, self.obs_shape)
+        if per_group:
+            _check_per_group(cfg, self.groups, self.encoder is not None)
         normalize = cfg.obs_normalization and self.encoder is None
-        self.normalizer = RunningNorm(obs_dim if self.encoder is None else 0, enabled=normalize)
+        self.normalizer = RunningNorm(
+            obs_dim if self.encoder is None else 0, enabled=normalize, raw=self.groups
+        )
         # registered only when used, so policies without it keep their state_dict keys
         self.reward_norm = ReturnScale() if cfg.reward_normalization else None
         self.popart = PopArt(cfg.popart_tasks) if cfg.popart_tasks else None
@@ -186,6 +215,11 @@ class ActorCritic(nn.Module):
         outputs = head.outputs(action_space.dim) if head is not None else action_space.dim
         body = functools.partial(mlp, layer_norm=cfg.layer_norm) if cfg.layer_norm else mlp
         self.actor, self.critic = networks.build(cfg, features, outputs, body)
+        if per_group:  # one actor and critic per agent group (policy/groups.py)
+            pairs = [self.actor, self.critic]
+            pairs += [m for _ in range(self.groups - 1) for m in networks.build(cfg, features,
+                      outputs, body)]  # fmt: skip
+            self.actor, self.critic = PerGroup(pairs[0::2]), PerGroup(pairs[1::2])
         if head is not None:  # the deterministic action is the actor's output, as for PPO
             self.actor = nn.Sequential(self.actor, head(action_space.low, action_space.high))
         if cfg.network != "mlp":
@@ -196,17 +230,20 @@ class ActorCritic(nn.Module):
         if self.popart is not None:
             self.value_head()  # refuses a critic that does not end in a [tasks]-output Linear
         if not self.categorical:
-            if head is None:
-                self.log_std = nn.Parameter(torch.full((action_space.dim,), cfg.init_log_std))
+            if head is None:  # a Gaussian's log std per action (and per group: per-group)
+                shape = (self.groups, action_space.dim) if per_group else (action_space.dim,)
+                self.log_std = nn.Parameter(torch.full(shape, cfg.init_log_std))
             self.register_buffer("action_low", torch.tensor(action_space.low))
             self.register_buffer("action_high", torch.tensor(action_space.high))
 
     @classmethod
     def for_env(cls, env: VecEnv, cfg: PolicyConfig) -> ActorCritic:
         """The policy for ``env``'s observations and actions, on the env's device (an env that
-        does not subclass ``VecEnv`` and sets no ``obs_shape``/``obs_dtype`` has vectors)."""
+        does not subclass ``VecEnv`` and sets no ``obs_shape``/``obs_dtype`` has vectors; a
+        multi-agent env's ``policy_groups`` name its agent groups)."""
         shape, dtype = getattr(env, "obs_shape", None), getattr(env, "obs_dtype", torch.float32)
-        return cls(env.obs_dim, env.action_space, cfg, shape, dtype).to(env.device)
+        groups = len(getattr(env, "policy_groups", ()))
+        return cls(env.obs_dim, env.action_space, cfg, shape, dtype, groups).to(env.device)
 
     # ---- memory ----------------------------------------------------------------------------
     @property
@@ -314,8 +351,14 @@ class ActorCritic(nn.Module):
         elif self.nvec:
             actions, logp = D.multi_categorical_sample(out, self.nvec)
         else:
-            actions, logp = D.gaussian_sample(out, self.log_std.expand_as(out), eps)
+            actions, logp = D.gaussian_sample(out, self._log_std(out, obs), eps)
         return actions, logp, value
+
+    def _log_std(self, out: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """The Gaussian's log std for each row of ``out`` (per-group: its group's)."""
+        if self.log_std.dim() == 2:
+            return self.log_std[group_index(obs, self.groups).squeeze(-1)]
+        return self.log_std.expand_as(out)
 
     def _masked(self, logits: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
         """``logits`` with the illegal actions' set far below the rest (a finite value: no
@@ -409,5 +452,5 @@ class ActorCritic(nn.Module):
         elif self.nvec:
             logp, ent = D.multi_categorical_logprob_entropy(out, actions, self.nvec)
         else:
-            logp, ent = D.gaussian_logprob_entropy(out, self.log_std.expand_as(out), actions)
+            logp, ent = D.gaussian_logprob_entropy(out, self._log_std(out, obs), actions)
         return logp, ent, value

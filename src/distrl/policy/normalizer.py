@@ -73,9 +73,17 @@ class RunningNorm(nn.Module):
     mean: torch.Tensor
     inv_std: torch.Tensor
 
-    def __init__(self, dim: int, eps: float = 1e-8, clip: float = 10.0, enabled: bool = True):
+    def __init__(
+        self,
+        dim: int,
+        eps: float = 1e-8,
+        clip: float = 10.0,
+        enabled: bool = True,
+        raw: int = 0,
+    ):
         super().__init__()
         self.enabled = enabled
+        self.raw = raw  # the first ``raw`` entries pass as they are (an agent group's one-hot)
         self.frozen = False  # statistics kept as they are (train --init-from; not checkpointed)
         self.eps, self.clip = eps, clip
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
@@ -88,7 +96,10 @@ class RunningNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return x
-        return ((x - self.mean) * self.inv_std).clamp_(-self.clip, self.clip)
+        y = ((x - self.mean) * self.inv_std).clamp_(-self.clip, self.clip)
+        if self.raw:
+            return torch.cat([x[..., : self.raw], y[..., self.raw :]], -1)
+        return y
 
     def moments(self) -> Moments:
         return Moments(self.count.clone(), self.mean64.clone(), self.m2.clone())

@@ -158,6 +158,34 @@ def test_training_films_an_episode_every_video_interval(tmp_path, capsys):
         assert frames == r["eval/video_return"]  # cartpole: +1 a step, one frame a step
 
 
+def test_the_filmed_episode_is_an_animated_image_in_tensorboard(tmp_path, capsys):
+    """TensorBoard shows each filmed episode as a GIF under eval/video, one frame per frame of
+    the mp4 (a short episode keeps them all), at the record's env steps."""
+    import io
+
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "run"
+    args = tiny_train_args(4, num_steps=16, num_epochs=1, num_minibatches=2)
+    args[args.index("--tensorboard") + 1] = "True"
+    code, out, err = run_main(
+        ["train", "cartpole", *args, "--agent.max-iterations", "2"]
+        + ["--env.max-episode-steps", "20", "--eval.video-interval", "2"]
+        + ["--run-dir", str(run_dir)],
+        capsys,
+    )
+    assert code == 0, out + err
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    events.Reload()
+    (shown,) = events.Images("eval/video")
+    gif = Image.open(io.BytesIO(shown.encoded_image_string))
+    mp4 = run_dir / "videos" / "iteration_00000002.mp4"
+    assert gif.format == "GIF" and (shown.height, shown.width) == (gif.height, gif.width)
+    assert gif.n_frames == imageio_ffmpeg.count_frames_and_secs(str(mp4))[0]
+    assert max(gif.size) <= 160 and shown.step == read_metrics(run_dir)[-1]["env_steps"]
+
+
 def test_video_interval_is_refused_before_start_where_it_could_not_film(tmp_path, capsys):
     code, _, err = run_main(["train", "reach10", "--eval.video-interval", "5"], capsys)
     assert code == 2 and "'reach10' has no renderer" in err and "--eval.video-interval" in err

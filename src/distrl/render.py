@@ -270,3 +270,32 @@ class Mp4Writer:
     def close(self) -> None:
         if self._gen is not None:
             self._gen.close()
+
+
+def gif_preview(
+    path: str | Path, max_side: int = 160, max_frames: int = 250
+) -> tuple[bytes, int, int]:
+    """(an animated GIF, its height, its width) of the mp4 at ``path``, small enough for a
+    TensorBoard event file: every frame shrunk by an integer stride to at most ``max_side``
+    pixels a side, and at most ``max_frames`` frames, evenly spread (the GIF plays at the mp4's
+    frame rate, so a long episode plays faster). Pillow (a matplotlib dependency) writes it."""
+    import io
+
+    import imageio_ffmpeg
+    from PIL import Image
+
+    reader = imageio_ffmpeg.read_frames(str(path))
+    meta = reader.__next__()
+    width, height = meta["size"]
+    fps = float(meta.get("fps") or 30.0)
+    stride = max(1, -(-max(width, height) // max_side))
+    raw = [np.frombuffer(f, np.uint8).reshape(height, width, 3) for f in reader]
+    if not raw:
+        raise ValueError(f"{path}: no frames")
+    keep = np.unique(np.linspace(0, len(raw) - 1, min(len(raw), max_frames)).round().astype(int))
+    images = [Image.fromarray(np.ascontiguousarray(raw[i][::stride, ::stride])) for i in keep]
+    out = io.BytesIO()
+    duration = max(20, round(1000 / fps * len(raw) / len(keep)))  # ms a frame, GIF's floor 20
+    images[0].save(out, format="GIF", save_all=True, append_images=images[1:],
+                   duration=duration, loop=0)  # fmt: skip
+    return out.getvalue(), images[0].height, images[0].width

@@ -481,6 +481,8 @@ class _ActiveTelemetry(Telemetry):
             if self._writer is not None:
                 for k, v in scalars.items():
                     self._writer.add_scalar(k, v, global_step=step)
+                if isinstance(rec.get("eval/video"), str):  # --eval.video-interval's mp4
+                    self._video_to_tensorboard(rec["eval/video"], step)
             if self._wandb_run is not None:
                 self._wandb_run.log(scalars, step=step)
                 video = rec.get("eval/video")  # --eval.video-interval: the mp4 itself
@@ -497,6 +499,26 @@ class _ActiveTelemetry(Telemetry):
             self._sps_n += 1
         if self._show:
             self._update_progress(rec)
+
+    def _video_to_tensorboard(self, path: str, step: int | None) -> None:
+        """The filmed episode as an animated image under ``eval/video`` (TensorBoard's Images
+        tab): a small GIF of the mp4 (``render.gif_preview``), as ``add_video`` writes it but
+        without moviepy. A preview that fails is said and skipped; the mp4 stays."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        from distrl.render import gif_preview
+
+        try:
+            gif, height, width = gif_preview(path)
+        except Exception as e:  # never worth the run
+            self.message(f"video: {path} not shown in TensorBoard ({type(e).__name__}: {e})")
+            return
+        image = Summary.Image(
+            height=height, width=width, colorspace=3, encoded_image_string=gif
+        )  # fmt: skip
+        summary = Summary(value=[Summary.Value(tag="eval/video", image=image)])
+        # the file writer SummaryWriter's own add_* methods write through
+        self._writer._get_file_writer().add_summary(summary, step)
 
     def _update_progress(self, rec: Mapping[str, Any]) -> None:
         it = rec.get("iteration")

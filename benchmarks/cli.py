@@ -18,6 +18,7 @@ from benchmarks.offpolicy import OffPolicyArgs, offpolicy
 from benchmarks.pbt import PBTBenchArgs, pbt
 from benchmarks.project import ProjectArgs, project_cmd
 from benchmarks.roofline import RooflineArgs, roofline
+from benchmarks.sb3_api import SB3ApiArgs, sb3_api
 from benchmarks.scaling import ScalingArgs, scaling
 from benchmarks.selfplay import SelfPlayArgs, selfplay
 from benchmarks.sinks import SinksArgs, sinks
@@ -40,6 +41,8 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   broadcast    learner -> actor weight sync: routing table vs naive vs dist.broadcast, GB/s
   neighbour    a task's iteration time alone and beside a second distrl run, per OpenMP setting
   offpolicy    dqn, sac or td3 against Stable-Baselines3's, alternating: wall time, eval return
+  sb3-api      one SB3 script run with SB3's PPO and with distrl.PPO, alternating: wall time,
+               eval return
   apex         Ape-X (1 learner + A actors) against allreduce on A ranks, equal env steps:
                greedy evaluation against wall time
   pbt          population-based training against the same members left alone, at equal env
@@ -65,6 +68,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "broadcast": (BroadcastArgs, broadcast),
     "neighbour": (NeighbourArgs, neighbour),
     "offpolicy": (OffPolicyArgs, offpolicy),
+    "sb3-api": (SB3ApiArgs, sb3_api),
     "pbt": (PBTBenchArgs, pbt),
     "apex": (ApexArgs, apex),
     "selfplay": (SelfPlayArgs, selfplay),

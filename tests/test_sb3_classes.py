@@ -29,6 +29,30 @@ def test_ppo_keywords_mean_what_they_mean_in_sb3():
     assert defaults.learning_rate == 3e-4 and defaults.ent_coef == 0.0
 
 
+def test_verbose_0_prints_nothing_as_in_sb3(tmp_path, monkeypatch):
+    """distrl's console lines all go through its logger (its console handler prints them); a
+    handler of the test's own sees what reaches the console."""
+    import logging
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(str(record.msg))  # type: ignore[method-assign]
+    logger, level = logging.getLogger("distrl"), logging.getLogger("distrl").level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)  # a user's handler, at the level distrl's own would have
+    monkeypatch.chdir(tmp_path)
+    try:
+        model = distrl.PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, verbose=0)
+        model.learn(total_timesteps=64)
+        assert seen == []
+        model = distrl.PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32)
+        model.learn(total_timesteps=64)  # verbose=1, SB3's default: distrl's lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert any("distrl: task gym:CartPole-v1" in m for m in seen), seen
+
+
 def test_learn_predict_save_load_and_learn_again(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     model = distrl.PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=16, n_epochs=1,

@@ -15,7 +15,7 @@ means and distrl does the same way:
 - ``policy="MlpPolicy"``: SB3's network (64 x 64, tanh, no observation normalization);
   ``policy_kwargs`` takes ``net_arch`` (a list, or ``dict(pi=..., vf=...)`` / ``dict(pi=...,
   qf=...)``), ``activation_fn`` (``torch.nn.Tanh``, ``ReLU``, ``ELU``) and ``log_std_init``.
-- ``seed``, ``device``, ``verbose`` (0: no progress display), ``tensorboard_log`` (TensorBoard
+- ``seed``, ``device``, ``verbose`` (0: nothing printed, as SB3's), ``tensorboard_log`` (TensorBoard
   events only when given, as in SB3; the run directory is created under it).
 
 A keyword SB3 has and distrl does not map (``use_sde``, ``rollout_buffer_class``, ...) is
@@ -28,9 +28,11 @@ restores its optimizer too. A second ``learn`` on the same model continues its r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,24 @@ class LearningRateSchedule(Hooks):
         runner.set_lr(float(self.fn(remaining)))
 
 
+@contextlib.contextmanager
+def _quiet(quiet: bool) -> Iterator[None]:
+    """distrl's console lines (start-up, evaluation, the summary table) held back while
+    ``quiet``, as SB3's ``verbose=0`` prints nothing: a filter on the ``distrl`` logger passes
+    warnings only (its level, which a user may have set, is left alone)."""
+    logger = logging.getLogger("distrl")
+
+    def warnings_only(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+    if quiet:
+        logger.addFilter(warnings_only)
+    try:
+        yield
+    finally:
+        logger.removeFilter(warnings_only)
+
+
 class _Model:
     """What ``PPO``, ``DQN``, ``SAC`` and ``TD3`` share."""
 
@@ -114,6 +134,7 @@ class _Model:
         task = env if isinstance(env, str) else task_name(env)
         general = {k: kwargs.pop(k) for k in list(kwargs) if k in _GENERAL}
         self.n_envs = int(general.pop("n_envs", 1))
+        self.verbose = int(general.pop("verbose", 1))
         lr = kwargs.get("learning_rate", self.defaults().get("learning_rate"))
         self.schedule = LearningRateSchedule(lr) if callable(lr) else None
         if callable(lr):
@@ -130,7 +151,7 @@ class _Model:
             algorithm=self.algorithm,
             seed=0 if seed is None else int(seed),
             device=general.pop("device", "auto"),
-            progress=int(general.pop("verbose", 1)) > 0,
+            progress=self.verbose > 0,
             tensorboard=log is not None,
             run_dir=run_dir,
             **sections,
@@ -183,7 +204,8 @@ class _Model:
         elif self._init_from is not None:  # after load(): from the saved weights
             cfg = dataclasses.replace(cfg, init_from=self._init_from)
         agent = dataclasses.replace(cfg.agent, total_timesteps=total)
-        result = train(dataclasses.replace(cfg, agent=agent), hooks=hooks)
+        with _quiet(self.verbose == 0):  # SB3's verbose=0 prints nothing
+            result = train(dataclasses.replace(cfg, agent=agent), hooks=hooks)
         self.policy, self._run_dir, self._init_from = result.policy, result.run_dir, None
         self.num_timesteps = int(result.metrics.get("env_steps", total))
         self.result = result

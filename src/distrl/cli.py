@@ -19,7 +19,12 @@ import traceback
 from pathlib import Path
 
 from distrl import interrupts, openmp
-from distrl.args import IMPORTED, default_run_dir, parse_flags, parse_train_args, take_imports
+
+# A rank of `train` notes a signal from here on, before its imports take seconds: it stops at
+# the first iteration boundary with its checkpoint instead of dying (torchrun would restart it).
+interrupts.note_early(sys.argv, os.environ)
+
+from distrl.args import IMPORTED, default_run_dir, parse_flags, parse_train_args, take_imports  # noqa: E402
 
 # Before anything imports torch (nothing above does): idle OpenMP threads sleep instead of
 # spinning, so a run beside a second one does not collapse (distrl/openmp.py).

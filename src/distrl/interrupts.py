@@ -32,12 +32,17 @@ Every signal of a run is handled here, in three places:
   user talks to (``owner``): its first signal prints one line at once, and a second aborts it
   (the default action of the signal: no checkpoint). A rank under torchrun says nothing and
   takes a repeated signal as the same request (a scheduler may signal every process, and the
-  launcher forwards once more): aborting is the launcher's job.
+  launcher forwards once more): aborting is the launcher's job. A rank notes a signal from the
+  first line of ``distrl.cli`` on (``note_early``), before its imports: one that comes while it
+  is still starting stops the run after iteration 1, with that iteration's checkpoint.
 
 - **the launcher** (``supervise``, ``distrl train --nproc N``): torchrun runs in a session of
   its own, so a terminal's Ctrl-C reaches the launcher alone; the launcher forwards SIGINT or
   SIGTERM (SIGHUP, its terminal closing, as SIGTERM) to the ranks themselves, torchrun's
-  children (found in /proc; without it, torchrun itself). Were torchrun signalled instead, it
+  children (found in /proc; without it, torchrun itself), each once it catches the signal
+  (``Relay``: a rank still starting, or not started yet, gets it a moment later; before its
+  handler a signal would end it the default way, with a traceback, and torchrun would restart
+  it as failed, the new rank never hearing of the stop). Were torchrun signalled instead, it
   would forward the signal too, but log three lines about it and raise, printing its traceback
   (``launch.main`` turns that into the signal's exit code). The ranks stop and exit 0 (so
   torchrun neither restarts them nor reports a failure), torchrun exits 0, and the launcher
@@ -72,6 +77,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """What stops a training process at an iteration boundary."""
 
 _first = 0  # the first signal this process received while training (0: none)
+_early = 0  # the first signal a rank received before training (``note_early``; 0: none)
 _request: str | None = None  # why a callback of this process asked the run to stop (None: no)
 
 REQUEST = 0x100
@@ -83,8 +89,37 @@ coordinator drops a peer whose message says anything else."""
 
 
 def received() -> int:
-    """The first SIGINT or SIGTERM this process received while training (0: none)."""
-    return _first
+    """The first SIGINT or SIGTERM this process received while training, or as a rank before
+    (``note_early``) (0: none)."""
+    return _first or _early
+
+
+RANK_ENV = ("TORCHELASTIC_RUN_ID", "LOCAL_RANK")
+"""Set for the processes a launcher starts (torchrun, or distrl's elastic launcher)."""
+
+
+def note_early(argv: Sequence[str], environ: dict[str, str] | os._Environ[str]) -> bool:
+    """A rank's first act (``distrl.cli`` on import, before its slow imports): in a ``train``
+    process that a launcher started, SIGINT, SIGTERM and SIGHUP only note the first signal from
+    here on, which ``handling`` takes over, so a signal that comes while the rank is still
+    importing stops it at the first iteration boundary every rank agrees on (with that
+    iteration's checkpoint) instead of ending it with a traceback (which torchrun took for a
+    failure, and restarted the ranks). Returns whether it did."""
+    command = [Path(argv[0]).name, *argv[1:2]] if argv else []
+    if "train" not in command or not any(k in environ for k in RANK_ENV):
+        return False
+    if threading.current_thread() is not threading.main_thread():
+        return False
+
+    def on_signal(signum: int, frame: object) -> None:
+        global _early
+        if _early == 0:
+            _early = signal.SIGTERM if signum == signal.SIGHUP else signum
+
+    for s in (*SIGNALS, signal.SIGHUP):
+        signal.signal(s, on_signal)
+        signal.siginterrupt(s, False)
+    return True
 
 
 def request_stop(reason: str) -> None:
@@ -144,7 +179,7 @@ def handling(owner: bool, in_caller: bool = False) -> Iterator[None]:
     notebook's kernel), a second Ctrl-C raises KeyboardInterrupt in the calling program instead
     of ending it. The previous handlers come back afterwards. Outside the main thread (where
     Python cannot set handlers) nothing changes."""
-    global _first, _request
+    global _first, _request, _early
     _request = None  # a stop request is one run's
     if threading.current_thread() is not threading.main_thread():
         try:
@@ -152,7 +187,7 @@ def handling(owner: bool, in_caller: bool = False) -> Iterator[None]:
         finally:
             _request = None
         return
-    _first = 0
+    _first, _early = _early, 0  # a rank's signal before training (``note_early``) stands
 
     def on_signal(signum: int, frame: object) -> None:
         global _first
@@ -261,6 +296,42 @@ def _kill(pids: Sequence[int], signum: int) -> None:
             os.kill(p, signum)
 
 
+def _read(pid: int, what: str) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/{what}", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def takes_signals(pid: int) -> bool:
+    """Whether process ``pid`` is ready for a stop: it runs its own program (no longer its
+    launcher's fork before the exec) and catches SIGTERM, which a rank does from its first line
+    on (``note_early``) and Python does not by default. A signal before that would end it the
+    default way. Without /proc (not Linux): always."""
+    status, cmdline, stat = _read(pid, "status"), _read(pid, "cmdline"), _read(pid, "stat")
+    if status is None or cmdline is None or stat is None:
+        return not os.path.isdir("/proc/self")
+    parent = _read(int(stat[stat.rfind(b")") + 2 :].split()[1]), "cmdline")
+    caught = next((ln.split()[1] for ln in status.splitlines() if ln.startswith(b"SigCgt:")), b"0")
+    return cmdline != parent and bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
+class Relay:
+    """A launcher's stop, passed on to each rank process once it can take it
+    (``takes_signals``): a rank still starting gets it a moment later (``pass_on`` again), a
+    rank started after it (a restart) gets it too."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.reached: set[int] = set()
+
+    def pass_on(self, pids: Sequence[int]) -> None:
+        ready = [p for p in pids if p not in self.reached and takes_signals(p)]
+        _kill(ready, self.signum)
+        self.reached.update(ready)
+
+
 def final_code(first: int, code: int, killed: bool = False) -> int:
     """A launcher's exit code: 128 + the signal that stopped the run (``first``) when its
     ranks ended as a stop ends them (torchrun's ``code`` 0, or the signal's own, or the
@@ -288,13 +359,17 @@ def supervise(
     first = 0
     killed = False
     deadline = float("inf")
+    relay = Relay()
 
     def forward(signum: int) -> None:
+        """To the ranks, torchrun's children, each once it has its handlers (a rank still
+        importing, or started later, gets it at a later call); never to torchrun, whose
+        restart would bring ranks that never heard of the stop. Without /proc (the ranks
+        cannot be found), to torchrun, which passes it on (``launch.main``)."""
         if proc is None:
             return
-        # the ranks are torchrun's children; before they exist (rendezvous), torchrun itself
-        ranks = children(proc.pid)
-        _kill(ranks or [proc.pid], signum)
+        relay.signum = signum
+        relay.pass_on(children(proc.pid) if os.path.isdir("/proc/self") else [proc.pid])
 
     def kill_tree() -> None:
         nonlocal killed
@@ -339,9 +414,12 @@ def supervise(
             forward(first)
         while True:
             try:
-                code = proc.wait(timeout=max(0.0, min(deadline - time.monotonic(), 1.0)))
+                tick = 0.1 if first and not killed else 1.0  # stopping: reach new ranks soon
+                code = proc.wait(timeout=max(0.0, min(deadline - time.monotonic(), tick)))
                 break
             except subprocess.TimeoutExpired:
+                if first and not killed:
+                    forward(first)
                 if time.monotonic() >= deadline:
                     kill_tree()
                     _say(

@@ -177,6 +177,39 @@ def test_a_signal_to_the_launcher_stops_both_ranks_saves_and_resumes_bitwise(
     )
 
 
+@pytest.mark.slow  # a 2-rank launch stopped at iteration 1: ~10 s
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        pytest.param("torchrun", id="torchrun"),
+        pytest.param("elastic", id="elastic", marks=pytest.mark.long),  # the same relay
+    ],
+)
+def test_ctrl_c_while_the_ranks_import_stops_at_iteration_1_without_a_restart(launcher, tmp_path):
+    """Both ranks hold while importing (the fixture) when the launcher gets SIGINT, with
+    --max-restarts 2: they died with KeyboardInterrupt tracebacks, torchrun restarted them and
+    the new ranks trained on until --stop-timeout killed them. Now each rank notes the signal
+    from its first line, and the ranks stop after iteration 1 with its checkpoint."""
+    importing = tmp_path / "importing"
+    extra = ["--stop-timeout", "60"]
+    extra += ["--dist.strategy", "elastic"] if launcher == "elastic" else []
+    cmd = pause.command(two_rank_command(tmp_path / "run", *extra))
+    launch = Launch(cmd, tmp_path, DISTRL_TEST_HOLD_IMPORT_MARKER=str(importing))
+    deadline = time.monotonic() + 60
+    while len(importing.read_text().split() if importing.exists() else []) < 2:
+        if launch.proc.poll() is not None or time.monotonic() > deadline:
+            launch.kill()
+            raise AssertionError(f"the ranks never imported\n{launch.output()}")
+        time.sleep(0.05)
+    tree = interrupts.tree(launch.proc.pid)
+    assert len(tree) == 4, tree  # launcher, torchrun (elastic: the spare), 2 ranks
+    code, secs = launch.stop(launch.proc.pid, signal.SIGINT)
+    assert code == 130, launch.output()
+    check_interrupted(launch, tree, signal.SIGINT, secs, at=1)
+    assert len(importing.read_text().split()) == 2, launch.output()  # no rank started again
+
+
 @pytest.mark.long  # another 2-rank launch and resume: ~20 s
 @pytest.mark.timeout(150)
 def test_a_signal_to_one_rank_stops_both_and_resumes_bitwise(two_rank_reference, tmp_path):

@@ -146,6 +146,7 @@ def launch(
     failed = 0
     spare: tuple[subprocess.Popen, int] | None = None
     beat_at = 0.0
+    relay = interrupts.Relay()  # a stop reaches a slot still importing once it can take it
 
     def new_id() -> int:
         return int(store.add("el/ids", 1))
@@ -192,7 +193,8 @@ def launch(
                 f"distrl: {interrupts.name(signum)}: the ranks stop at the next iteration "
                 f"boundary and save a final checkpoint (another signal kills them)"
             )
-            interrupts._kill(live(), sent)
+            relay.signum = sent
+            relay.pass_on(live())
             return
         killed = True
         interrupts._kill(live(), signal.SIGKILL)
@@ -217,6 +219,8 @@ def launch(
                 killed = True
                 interrupts._kill(live(), signal.SIGKILL)
                 deadline = float("inf")
+            if first and not killed:
+                relay.pass_on(live())
             if nodes.count > 1 and time.monotonic() > beat_at:
                 store.set(f"el/node/{nodes.rank}", f"{time.time():.3f}")
                 beat_at = time.monotonic() + NODE_BEAT

@@ -346,6 +346,39 @@ def test_a_signal_to_one_process_saves_and_resumes_bitwise(
     assert_same(final_state(tmp_path / "run", TWO_RANK_ITERS), one_process_reference)
 
 
+@pytest.mark.slow  # a process with 2 env subprocesses started and stopped: ~5-10 s
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "method",
+    [
+        pytest.param("fork", id="fork"),
+        pytest.param("forkserver", id="forkserver", marks=pytest.mark.long),
+        pytest.param("spawn", id="spawn", marks=pytest.mark.long),
+    ],
+)
+def test_ctrl_c_to_one_process_with_async_envs_stops_once_and_saves(method, tmp_path):
+    """A terminal's Ctrl-C reaches the whole foreground process group, the env subprocesses of
+    `--env.vectorization async` too: under forkserver and spawn they died of KeyboardInterrupt
+    and the run crashed (exit 1, no checkpoint); under fork each ran the parent's handler and
+    printed the stop line. They ignore SIGINT now (the parent stops them)."""
+    cmd = [str(BIN / "distrl"), "train", "cartpole", *ONE_ARGS, "--run-dir", str(tmp_path / "run")]
+    cmd = pause.command([*cmd, "--env.vectorization", "async", "--env.num-envs", "2"],
+                        pause.GYM_TASK)  # fmt: skip
+    # the hook holds 2 s whatever comes: a subprocess the signal ended is gone by then
+    launch = Launch(cmd, tmp_path, DISTRL_TEST_START_METHOD=method, DISTRL_TEST_PAUSE_HOLD="2")
+    pid, tree = launch.paused()
+    assert len(interrupts.children(pid)) >= 2, tree  # the env subprocesses
+    t0 = time.monotonic()
+    os.killpg(pid, signal.SIGINT)  # as a terminal's Ctrl-C: every process of the group
+    code = launch.proc.wait(timeout=STOP_BOUND)
+    assert code == 130, launch.output()
+    assert launch.err.read_text().count("distrl: SIGINT: stopping") == 1, launch.output()
+    deadline = time.monotonic() + 10  # the forkserver and resource tracker follow their parent
+    while any(alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check_interrupted(launch, tree, signal.SIGINT, time.monotonic() - t0)
+
+
 @pytest.mark.long  # a process started and aborted: ~5 s
 @pytest.mark.timeout(60)
 def test_a_second_ctrl_c_aborts_one_process_at_once(tmp_path):

@@ -5,7 +5,8 @@ implementation (the spec's ``vector_entry_point``) is used when it resets in the
 otherwise (e.g. CartPole's native vector env only supports next-step autoreset) the environments
 run in a ``SyncVectorEnv`` with ``AutoresetMode.SAME_STEP``, which puts the observation that ended
 an episode into ``info["final_obs"]`` and the first observation of the next one into ``obs``,
-exactly the VecEnv contract; ``--env.vectorization async`` runs them in an ``AsyncVectorEnv``.
+exactly the VecEnv contract; ``--env.vectorization async`` runs them in an ``AsyncVectorEnv``
+whose subprocesses ignore Ctrl-C (``async_workers``).
 A vector env built by the caller (``GymVecEnv.wrap``, ``VectorEnvInstance``) is stepped as it
 is; where it resets on the next step (or never), distrl resets the ended envs at once with
 ``reset_mask``.
@@ -33,6 +34,7 @@ Actions: Discrete; MultiDiscrete (1-D ``nvec``) and MultiBinary as ``multi_discr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -47,6 +49,7 @@ from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
+from distrl.envs import async_workers
 from distrl.envs.core import ActionSpace, ObsLayout, VecEnv
 from distrl.install import pip_install
 
@@ -400,17 +403,22 @@ class GymVecEnv(VecEnv):
             kwargs["max_episode_steps"] = max_episode_steps
         if render_mode is not None:
             kwargs["render_mode"] = render_mode
-        vector_kwargs = {}
+        vector_kwargs: dict[str, Any] = {}
         if vectorization_mode in ("sync", "async"):
             vector_kwargs["autoreset_mode"] = AutoresetMode.SAME_STEP
+        starting: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if vectorization_mode == "async":  # Ctrl-C is the training process's to act on
+            vector_kwargs["worker"] = async_workers.worker
+            starting = async_workers.starting()
         try:
-            vector_env = gymnasium.make_vec(
-                env_id,
-                num_envs=num_envs,
-                vectorization_mode=vectorization_mode,
-                vector_kwargs=vector_kwargs,
-                **kwargs,
-            )
+            with starting:
+                vector_env = gymnasium.make_vec(
+                    env_id,
+                    num_envs=num_envs,
+                    vectorization_mode=vectorization_mode,
+                    vector_kwargs=vector_kwargs,
+                    **kwargs,
+                )
         except (gymnasium.error.DependencyNotInstalled, ImportError) as e:
             raise ImportError(_missing_dependency(env_id, e)) from e
         spec_limit = gymnasium.spec(env_id).max_episode_steps

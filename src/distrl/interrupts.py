@@ -51,6 +51,10 @@ Every signal of a run is handled here, in three places:
   own grace before it SIGKILLs its workers (``--shutdown-timeout``, for a signal sent to
   torchrun itself) is set to the same ``--stop-timeout``.
 
+  Ctrl-Z (SIGTSTP) to the launcher pauses the run (``pause``): the ranks stop themselves
+  right after their next ``reduce_stats`` all-gather (``PAUSE`` in the interrupt word), then
+  the whole tree and the launcher stop; SIGCONT continues them.
+
 - **the final line** (``final_line``), printed by the main rank after the run summary.
 
 A callback's stop (``Runner.request_stop``, a hook's ``after_iteration`` returning False) travels
@@ -70,7 +74,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -82,6 +86,11 @@ _request: str | None = None  # why a callback of this process asked the run to s
 
 REQUEST = 0x100
 """The note of a stop request (``request_stop``): above every signal number, so never one."""
+
+PAUSE = 0x200
+"""Added to a rank's word in the ``reduce_stats`` all-gather when its launcher asked it to pause
+(SIGTSTP): every rank that reads it stops itself there, with no collective under way."""
+_pause = False  # SIGTSTP came from the launcher: pause at the next exchange
 
 NOTES = frozenset({0, REQUEST, *(int(s) for s in SIGNALS)})
 """Every note a rank can send (``note``): none, a stop request, or a signal that stops a run. A
@@ -140,6 +149,20 @@ def note() -> int:
     return _first or (REQUEST if _request is not None else 0)
 
 
+def pause_word() -> int:
+    """``PAUSE`` when this rank was asked to pause (SIGTSTP while training), else 0."""
+    return PAUSE if _pause else 0
+
+
+def pause_now() -> None:
+    """Every rank read a ``PAUSE`` in the exchange just made: stop this process (SIGSTOP) until
+    its launcher continues it (SIGCONT). Every rank stops right after the same collective, none
+    waits inside one, so no --dist.timeout runs out however long the pause."""
+    global _pause
+    _pause = False
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def merge(agreed: int, other: int) -> int:
     """The note that stands once ``other`` joins ``agreed``: a signal outranks a stop request
     (it sets the exit code), and the first signal stays."""
@@ -179,7 +202,7 @@ def handling(owner: bool, in_caller: bool = False) -> Iterator[None]:
     notebook's kernel), a second Ctrl-C raises KeyboardInterrupt in the calling program instead
     of ending it. The previous handlers come back afterwards. Outside the main thread (where
     Python cannot set handlers) nothing changes."""
-    global _first, _request, _early
+    global _first, _request, _early, _pause
     _request = None  # a stop request is one run's
     if threading.current_thread() is not threading.main_thread():
         try:
@@ -206,8 +229,16 @@ def handling(owner: bool, in_caller: bool = False) -> Iterator[None]:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
+    def on_pause(signum: int, frame: object) -> None:
+        global _pause  # SIGTSTP: pause at the next exchange; SIGCONT: go on, paused or not
+        _pause = signum == signal.SIGTSTP
+
     handled = (*SIGNALS, signal.SIGHUP)
-    previous = {s: signal.getsignal(s) for s in handled}
+    paused = (signal.SIGTSTP, signal.SIGCONT)
+    previous = {s: signal.getsignal(s) for s in (*handled, *paused)}
+    for s in paused if not owner else ():  # a rank: its launcher's Ctrl-Z, at an exchange
+        signal.signal(s, on_pause)
+        signal.siginterrupt(s, False)
     for s in handled:
         signal.signal(s, on_signal)
         # Restart system calls the signal interrupts, in threads Python does not run either
@@ -216,7 +247,7 @@ def handling(owner: bool, in_caller: bool = False) -> Iterator[None]:
     try:
         yield
     finally:
-        _first, _request = 0, None
+        _first, _request, _pause = 0, None, False
         for s, handler in previous.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
@@ -313,8 +344,14 @@ def takes_signals(pid: int) -> bool:
     if status is None or cmdline is None or stat is None:
         return not os.path.isdir("/proc/self")
     parent = _read(int(stat[stat.rfind(b")") + 2 :].split()[1]), "cmdline")
+    return cmdline != parent and _caught(pid, signal.SIGTERM, status)
+
+
+def _caught(pid: int, signum: int, status: bytes | None = None) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (/proc/PID/status, SigCgt)."""
+    status = status if status is not None else _read(pid, "status") or b""
     caught = next((ln.split()[1] for ln in status.splitlines() if ln.startswith(b"SigCgt:")), b"0")
-    return cmdline != parent and bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+    return bool(int(caught, 16) >> (signum - 1) & 1)
 
 
 class Relay:
@@ -330,6 +367,38 @@ class Relay:
         ready = [p for p in pids if p not in self.reached and takes_signals(p)]
         _kill(ready, self.signum)
         self.reached.update(ready)
+
+
+PAUSE_GRACE = 30.0
+"""Seconds a launcher waits, after Ctrl-Z, for its ranks to pause at their next exchange
+before it stops them wherever they are."""
+
+
+def _state(pid: int) -> bytes:
+    stat = _read(pid, "stat") or b") X"
+    return stat[stat.rfind(b")") + 2 :].split()[0]
+
+
+def pause(ranks: Sequence[int], everything: Callable[[], list[int]]) -> None:
+    """Ctrl-Z (SIGTSTP) to a launcher: pause the run, then this process; its SIGCONT handler
+    continues them all (``fg``, ``kill -CONT``). The ranks (``ranks``) get SIGTSTP: at their
+    next ``reduce_stats`` exchange every rank reads the pause and stops itself there
+    (``pause_now``), so none waits inside a collective whose deadline would pass during the
+    pause. After that, or ``PAUSE_GRACE`` s (a strategy without that exchange: a rank may then
+    be stopped inside one), every process of the run (``everything()``: torchrun, the ranks,
+    their env subprocesses, all in sessions of their own, out of the terminal's reach) gets
+    SIGSTOP, and so does this process: SIGTSTP's default is ignored in a process group with no
+    parent in its session (one started with ``setsid``). Stopped alone, the launcher held the
+    rendezvous store that torchrun and the ranks wait on, while the ranks trained on."""
+    asked = [r for r in ranks if _caught(r, signal.SIGTSTP)]
+    _kill(asked, signal.SIGTSTP)
+    deadline = time.monotonic() + PAUSE_GRACE
+    while any(_state(r) not in (b"T", b"t", b"Z", b"X") for r in asked):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    _kill(everything(), signal.SIGSTOP)
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def final_code(first: int, code: int, killed: bool = False) -> int:
@@ -399,14 +468,25 @@ def supervise(
             f"{newest()}; resume with: {resume_command(run_dir, modules)}"
         )
 
+    def on_pause(signum: int, frame: object) -> None:
+        if proc is None:
+            return
+        if signum == signal.SIGTSTP:  # the ranks at their next exchange, then everything
+            pause(children(proc.pid), lambda: tree(proc.pid) if proc is not None else [])
+        else:  # SIGCONT: the launcher goes on, so does the run
+            _kill(tree(proc.pid), signal.SIGCONT)
+
     # Python sets handlers in the main thread only: from another (distrl.train(nproc=N) in a
     # thread) the launcher runs without them, and a signal reaches the process as it would
-    handled = (
-        (*SIGNALS, signal.SIGHUP) if threading.current_thread() is threading.main_thread() else ()
-    )
-    previous = {s: signal.getsignal(s) for s in handled}
+    main = threading.current_thread() is threading.main_thread()
+    handled = (*SIGNALS, signal.SIGHUP) if main else ()
+    paused = (signal.SIGTSTP, signal.SIGCONT) if main else ()
+    previous = {s: signal.getsignal(s) for s in (*handled, *paused)}
     for s in handled:
         signal.signal(s, on_signal)
+        signal.siginterrupt(s, False)
+    for s in paused:
+        signal.signal(s, on_pause)
         signal.siginterrupt(s, False)
     try:
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)

@@ -275,6 +275,50 @@ def test_a_second_ctrl_c_or_the_stop_timeout_kills_the_ranks_without_saving(how,
     assert [p for p in tree if alive(p)] == [], tree
 
 
+def state(pid: int) -> str:
+    """The process state letter of ``pid`` (/proc/PID/stat: R, S, T stopped, Z, ...)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return "gone"
+    return stat[stat.rfind(b")") + 2 :].split()[0].decode()
+
+
+PAUSE_TIMEOUT = 3  # --dist.timeout of the paused run: the pause lasts longer
+
+
+@pytest.mark.long  # a 2-rank launch paused for 10 s: ~25 s
+@pytest.mark.timeout(180)
+def test_ctrl_z_pauses_the_whole_tree_and_sigcont_resumes_it_to_the_end(tmp_path):
+    """SIGTSTP (Ctrl-Z) to the launcher stopped it alone: the ranks trained on, and the
+    launcher, which hosts the rendezvous store, left torchrun waiting on it; a minute later
+    SIGCONT ended the run with tracebacks. Now the whole tree stops (state T), through a pause
+    longer than --dist.timeout, and SIGCONT lets the run finish as if nothing happened."""
+    cmd = pause.command(two_rank_command(tmp_path / "run", "--dist.timeout", str(PAUSE_TIMEOUT)))
+    # rank 1 sleeps 1 s in iteration 2's update while rank 0 waits for it in the all-reduce:
+    # the pause comes while a collective is under way
+    launch = Launch(cmd, tmp_path, rank=1, DISTRL_TEST_PAUSE_HOLD="1")
+    _, tree = launch.paused()
+    os.kill(launch.proc.pid, signal.SIGTSTP)
+    deadline = time.monotonic() + 10
+    while {state(p) for p in tree} != {"T"} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(3 * PAUSE_TIMEOUT)
+    states = {p: state(p) for p in tree}
+    os.kill(launch.proc.pid, signal.SIGCONT)
+    assert set(states.values()) == {"T"}, (states, launch.output())
+    try:
+        code = launch.proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        launch.kill()
+        raise AssertionError(f"did not finish after SIGCONT\n{launch.output()}") from None
+    assert code == 0, launch.output()
+    out = launch.output()
+    assert "Traceback" not in out and "resume: loaded" not in out, out  # no failure, no restart
+    names = sorted(p.name for p in ckpt.list_checkpoints(tmp_path / "run" / "checkpoints"))
+    assert names[-1] == f"ckpt_{TWO_RANK_ITERS:08d}.pt", names
+
+
 # (extra flags, processes, the rank that holds, the rank signalled, hold seconds, stop iteration)
 STRATEGIES = {
     # worker 2 alone is signalled: the server answers both workers' statistics with stop

@@ -104,12 +104,15 @@ class Collectives:
         """Every participating rank's note, the same on each: stop after this iteration if any
         rank was signalled or asked to stop (the first signal in rank order names the signal,
         and outranks a stop request: ``interrupts.merge``)."""
-        agreed = 0
-        for n in notes.tolist():
-            agreed = interrupts.merge(agreed, int(n))
+        agreed, pause = 0, False
+        for n in map(int, notes.tolist()):
+            agreed = interrupts.merge(agreed, n & ~interrupts.PAUSE)
+            pause = pause or bool(n & interrupts.PAUSE)
         if agreed and not interrupts.is_signal(self.interrupt):
             self.interrupt = agreed
             self.stop_requested = True
+        if pause:  # Ctrl-Z at the launcher: every rank stops here, after the same collective
+            interrupts.pause_now()
 
     def finish(self) -> None:
         """Nothing to tell anyone (strategies with a server override this)."""
@@ -160,7 +163,8 @@ class Collectives:
         named = [*sums.items(), *gather.items()]
         # on the rank's device (NCCL moves CUDA tensors only); some counts live on the CPU
         device = self.ctx.device
-        note = torch.tensor([float(self.interrupt_note())], dtype=torch.float64)
+        word = self.interrupt_note() | interrupts.pause_word()
+        note = torch.tensor([float(word)], dtype=torch.float64)
         parts = [t.detach().reshape(-1).to(device, torch.float64) for _, t in named]
         rows = self.all_gather(torch.cat([*parts, note.to(device)]))
         self.agree_interrupt(rows[:, -1])

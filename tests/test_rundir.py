@@ -5,9 +5,11 @@ default run directories never collide (two runs started in the same second)."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -102,3 +104,51 @@ def test_a_run_dir_that_cannot_be_written_is_refused_in_one_line(tmp_path, monke
     code, _, err = run_main([*argv, "--resume", "auto"], capsys)
     assert code == 2 and "cannot be written (No space left on device)" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.slow  # one 2-rank run: ~15 s on 2 cores
+@pytest.mark.timeout(180)
+def test_two_launches_racing_for_one_new_run_dir_start_the_ranks_of_one(tmp_path):
+    """Two `--nproc 2` launches started together at one new run directory: both launchers
+    passed the lock check before either run's rank 0 took the lock, and both started their
+    ranks; the loser's rank 0 then failed (109 lines, 4 tracebacks). The launcher takes the
+    lock before it starts torchrun: the loser is refused in one line naming the winner's pid,
+    and starts no rank."""
+    run, marks = tmp_path / "run", tmp_path / "marks"
+    marks.mkdir()
+    cmd = [sys.executable, "-m", "distrl.cli", "train", "--import", "tests.fixtures.rank_marks"]
+    cmd += ["cartpole", "--nproc", "2", "--run-dir", str(run)]
+    cmd += tiny_train_args(8, max_iterations=4)
+    procs = {
+        name: subprocess.Popen(
+            cmd,
+            env=cli_env(DISTRL_TEST_RANK_MARKS=str(marks), DISTRL_TEST_LAUNCH=name),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for name in ("a", "b")
+    }
+    out: dict[str, tuple[int, str, str]] = {}
+    try:
+        for name, p in procs.items():
+            stdout, stderr = p.communicate(timeout=150)
+            out[name] = (p.returncode, stdout, stderr)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    codes = sorted(code for code, _, _ in out.values())
+    assert codes == [0, 2], out
+    winner = next(n for n, (code, _, _) in out.items() if code == 0)
+    loser = next(n for n in out if n != winner)
+    _, stdout, stderr = out[loser]
+    lines = (stdout + stderr).strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stdout + stderr
+    assert f"run dir {run} is in use by a live run (pid {procs[winner].pid} on " in lines[0]
+    started = sorted(m.name.split(".")[0] for m in marks.iterdir())
+    assert started == [winner, winner], started  # the loser started no rank
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["iteration"] == 4

@@ -17,6 +17,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from distrl import interrupts, openmp
 
@@ -106,12 +107,7 @@ def train_main(argv: list[str] | None = None) -> int:
             args += ["--resume", "auto"]
         start = strategies.launcher(cfg.dist.strategy)
         nodes = launch.Nodes.of(cfg)
-        try:
-            return start(
-                cfg.nproc, cfg.max_restarts, args, cfg.stop_timeout, run_dir, IMPORTED, nodes
-            )
-        except ValueError as e:  # a node that cannot host or reach the store
-            return _fail(str(e))
+        return _launch(cfg, start, args, run_dir, nodes)
     if not launch.under_torchrun():
         from distrl.rundir import RunDirError
 
@@ -149,6 +145,27 @@ def train_main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _launch(cfg: Any, start: Any, args: list[str], run_dir: str, nodes: Any) -> int:
+    """Start the ranks with ``start`` (a strategy's launcher), node 0 holding the run
+    directory's lock from before the first rank starts until the last one ends."""
+    from distrl import rundir
+
+    lock = None
+    try:
+        if nodes.rank == 0:  # node 0 writes the run: one launch per run directory
+            lock = rundir.lock_for_launch(run_dir, fresh=cfg.resume is None)
+            os.environ[rundir.LOCK_HOLDER_ENV] = str(os.getpid())  # the ranks' environment
+        return int(
+            start(cfg.nproc, cfg.max_restarts, args, cfg.stop_timeout, run_dir, IMPORTED, nodes)
+        )
+    except ValueError as e:  # another live run there; a node that cannot host or reach the store
+        return _fail(str(e))
+    finally:
+        if lock is not None:
+            os.environ.pop(rundir.LOCK_HOLDER_ENV, None)
+            lock.release()
 
 
 def play_main(argv: list[str] | None = None) -> int:

@@ -133,6 +133,10 @@ def check_run_dir_free(run_dir: str | None) -> None:
 
 
 LOCK_FILE = ".lock"
+LOCK_HOLDER_ENV = "DISTRL_RUN_LOCK_HOLDER"
+"""The pid of the launcher (``distrl train --nproc N``) that holds the run directory's lock
+for its ranks, in their environment: taken before any rank starts, so a second launch there
+is refused before it starts any."""
 
 
 class RunDirError(ValueError):
@@ -147,11 +151,16 @@ class RunLock:
     crashed run leaves no stale lock, and an elastic restart's new rank 0 takes it again. A
     second run in the same directory is refused naming the holder (ValueError).
 
-    flock is per host: on a shared file system, two machines do not see each other's locks."""
+    flock is per host: on a shared file system, two machines do not see each other's locks.
 
-    def __init__(self, run_dir: str | Path):
+    ``launcher``: the pid of the launcher that started this rank (``LOCK_HOLDER_ENV``), which
+    took the lock before it started any rank and holds it for the whole run; held by that
+    pid, the lock is this run's, and this object holds nothing."""
+
+    def __init__(self, run_dir: str | Path, launcher: str | None = None):
         path = Path(run_dir).expanduser()
         self.path = path / LOCK_FILE
+        self.fd: int | None = None
         while True:
             try:
                 path.mkdir(parents=True, exist_ok=True)
@@ -169,6 +178,8 @@ class RunLock:
             except BlockingIOError:
                 holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
                 os.close(fd)
+                if launcher and holder.startswith(f"pid {launcher} on "):
+                    return  # the launcher of this rank's run holds it
                 raise RunDirError(
                     f"run dir {run_dir} is in use by a live run ({holder}); wait for it to "
                     f"finish, stop it, or choose another --run-dir"
@@ -183,7 +194,7 @@ class RunLock:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {stamp}\n".encode(), 0)
-        self.fd: int | None = fd
+        self.fd = fd
 
     def release(self) -> None:
         """Remove ``RUN/.lock`` while holding it, then drop the lock (closing the descriptor);
@@ -200,3 +211,19 @@ def check_unlocked(run_dir: str | Path) -> None:
     path = Path(run_dir).expanduser()
     if (path / LOCK_FILE).exists() or (path / LOCK_FILE).is_symlink():
         RunLock(path).release()
+
+
+def lock_for_launch(run_dir: str | Path, fresh: bool) -> RunLock:
+    """The launcher's lock on the run directory (``distrl train --nproc N``), taken before it
+    starts torchrun or any rank and held until the run ends; its ranks find it held by their
+    launcher (``LOCK_HOLDER_ENV``). Two launches racing for one new directory: the second is
+    refused here (``RunDirError``, naming the holder's pid) and starts nothing. ``fresh``: the
+    directory must hold no run, checked again under the lock (a run may have ended meanwhile)."""
+    lock = RunLock(run_dir)
+    try:
+        if fresh:
+            check_run_dir_free(str(run_dir))
+    except ValueError:
+        lock.release()
+        raise
+    return lock

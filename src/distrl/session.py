@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +21,13 @@ from distrl import checkpoint as ckpt
 from distrl import interrupts
 from distrl.args import IMPORTED, default_run_dir
 from distrl.config import TrainConfig, to_dict
-from distrl.rundir import RunLock, check_run_dir_free, check_unlocked, init_policy
+from distrl.rundir import (
+    LOCK_HOLDER_ENV,
+    RunLock,
+    check_run_dir_free,
+    check_unlocked,
+    init_policy,
+)
 
 if TYPE_CHECKING:
     from distrl.envs.core import VecEnv
@@ -84,10 +91,10 @@ def check_before_start(cfg: TrainConfig) -> None:
     # node 0 writes the run (on several machines, the others' run directory matters only if
     # the writer's role reaches them: docs/training.md)
     writes = not launch.under_torchrun() and cfg.node_rank == 0
+    if cfg.run_dir is not None and writes:  # a live run is named first: it may hold a run
+        check_unlocked(cfg.run_dir)
     if cfg.resume is None and writes:
         check_run_dir_free(cfg.run_dir)
-    if cfg.run_dir is not None and writes:
-        check_unlocked(cfg.run_dir)
     if cfg.multitask.demos is not None:
         from distrl.demos import load_demos
 
@@ -190,7 +197,7 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
         chosen = cfg.run_dir or (str(default_run_dir(cfg.task)) if strategy.is_main else None)
         run_dir = Path(strategy.broadcast_object(chosen))
         if strategy.is_main:  # held until this process ends: a second run here is refused
-            lock = RunLock(run_dir)
+            lock = RunLock(run_dir, launcher=os.environ.get(LOCK_HOLDER_ENV))
         resume_path: Path | None = None
         skipped: list[tuple[Path, str]] = []
         if cfg.resume:
@@ -235,7 +242,7 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
                 the lost writer's lock went with it; this process holds it from now on."""
                 nonlocal lock
                 with contextlib.suppress(ValueError):  # (another live holder: keep going)
-                    lock = lock or RunLock(run_dir)
+                    lock = lock or RunLock(run_dir, launcher=os.environ.get(LOCK_HOLDER_ENV))
                 return sinks(True, runner.iteration)
 
             runner.open_sinks = take_over

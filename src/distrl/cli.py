@@ -133,7 +133,10 @@ def train_main(argv: list[str] | None = None) -> int:
         dropped = isinstance(e, liveness.RankDropped)
         failed = isinstance(e, liveness.PeerFailure) and not dropped
         why = liveness.dropped_reason(rank, 3 * liveness.STORE_WAIT) if failed else None
-        if dropped:  # it knows why: leave quietly, exit 0
+        if isinstance(e, liveness.JoinRefused):  # a user's error, said in one line
+            print(f"error: {e}", file=sys.stderr)
+            code = 2
+        elif dropped:  # it knows why: leave quietly, exit 0
             print(f"{e}; leaving", file=sys.stderr)
             liveness.mark_left(rank)
         elif why is not None:  # the run goes on without this rank: leave quietly, exit 0

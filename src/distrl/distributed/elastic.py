@@ -190,14 +190,18 @@ class ElasticAllReduce(AllReduceStrategy):
         self._joining = False
         t0 = time.perf_counter()
         added = self.membership.admit()
+        for line in self.membership.refused:
+            runner.message(f"elastic: {line}")
+        self.membership.refused.clear()
         self._follow()
         self.joins += added  # (before the sync, which carries the counts to the newcomer)
         self._sync_state(runner, self.membership.source())
-        runner.message(
-            f"elastic: {added} rank(s) joined at iteration {runner.iteration}: "
-            f"{len(self.membership.members)} members, epoch {self.membership.epoch} "
-            f"({time.perf_counter() - t0:.2f} s)"
-        )
+        if added:  # (none: the one asking was refused, said above)
+            runner.message(
+                f"elastic: {added} rank(s) joined at iteration {runner.iteration}: "
+                f"{len(self.membership.members)} members, epoch {self.membership.epoch} "
+                f"({time.perf_counter() - t0:.2f} s)"
+            )
 
     def recover(self, runner: Runner, held: TrainingState, error: PeerFailure) -> None:
         """A peer was lost inside the iteration begun from ``held``: it is discarded (or kept,

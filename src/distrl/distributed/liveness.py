@@ -35,6 +35,11 @@ class RankDropped(PeerFailure):
     it, e.g. after it stalled); the run goes on, and this rank should leave quietly."""
 
 
+class JoinRefused(ValueError):
+    """A replacement the members would not take in (it runs another install): it leaves,
+    saying why in one line, and the run goes on without it."""
+
+
 STORE_WAIT = 5.0
 """Seconds a rank waits for the rendezvous store to answer one operation before it stops using
 the store for good (``store_op``)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import sys
 import threading
@@ -20,7 +21,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from distrl.distributed.liveness import PeerFailure, RankDropped
+from distrl.distributed.liveness import JoinRefused, PeerFailure, RankDropped
+from distrl.distributed.transport import install_difference, install_identity
 
 STANDBY_ENV = "DISTRL_ELASTIC_STANDBY"
 """Set for the launcher's warm spare: imported and connected, it waits to be given a slot."""
@@ -97,6 +99,7 @@ class Membership:
         self.joined_late = False
         self.writer = 0  # the slot that writes metrics and checkpoints (0 until it is lost)
         self.admitted = 0  # joins the leader has taken in (el/wants counts every join)
+        self.refused: list[str] = []  # leader: replacements left out, and why (install_refused)
         self._graveyard: list[Any] = []  # broken groups, kept so no destructor blocks on them
 
     @classmethod
@@ -125,13 +128,22 @@ class Membership:
 
     def join(self) -> None:
         """Say this process wants in; wait until an epoch takes it (the first: all slots)."""
+        late = bool(os.environ.get(JOIN_ENV))
+        if late:  # the members check it runs their install (the first members check each other)
+            self.store.set(f"el/install/{self.me.uid}", json.dumps(install_identity()))
         self.store.set(f"el/want/{self.slot}", str(self.me))
         self.store.add("el/wants", 1)
-        if os.environ.get(JOIN_ENV):
+        if late:
             self.joined_late = True
-            key = f"el/admit/{self.me}"
+            key, refused = f"el/admit/{self.me}", f"el/refused/{self.me}"
             patience = max(60.0, 3 * self.timeout)
             while not self.store.check([key]):
+                if self.store.check([refused]):
+                    raise JoinRefused(
+                        f"slot {self.slot} (pid {self.me.pid}): not admitted to the run: its "
+                        f"{self.store.get(refused).decode()}; install the same distrl and torch "
+                        f"as the run's, then start it again"
+                    )
                 if self.store.check(["el/finished"]):
                     raise RankDropped(f"slot {self.slot}: the run finished before it could join")
                 beat = float(self.store.get("el/beat").decode())
@@ -229,7 +241,8 @@ class Membership:
                 k = f"el/want/{s}"
                 if s not in slots and self.store.check([k]):
                     (member,) = _parse(self.store.get(k).decode())
-                    if not self.store.check([f"el/dead/{member.uid}"]):  # (it asked, then died)
+                    dead = self.store.check([f"el/dead/{member.uid}"])  # (it asked, then died)
+                    if not dead and not self.install_refused(member):
                         new.append(member)
             members = sorted(self.members + new, key=lambda m: m.slot)
             self.store.set(f"el/{nxt}/wants", str(wants))
@@ -243,6 +256,24 @@ class Membership:
         before = len(self.members)
         self._enter(nxt)
         return len(self.members) - before
+
+    def install_refused(self, member: Member) -> bool:
+        """Leader: ``member``, a replacement, runs another install than the members (the check
+        every rank passes at the start, ``Collectives.check_install``, which a replacement
+        skips): it is told why (``el/refused/<member>``) and left out (True)."""
+        key = f"el/install/{member.uid}"
+        theirs = json.loads(self.store.get(key).decode()) if self.store.check([key]) else {}
+        why = install_difference(install_identity(), theirs)
+        if why is None:
+            return False
+        refused = f"el/refused/{member}"
+        if not self.store.check([refused]):
+            self.store.set(refused, f"install differs from the members' ({why})")
+            self.refused.append(
+                f"slot {member.slot} (pid {member.pid}) not admitted as a replacement: its "
+                f"install differs from the members' ({why}); the run goes on without it"
+            )
+        return True
 
     # ---- failures ---------------------------------------------------------------------------
     def wait(self, work: Any) -> None:

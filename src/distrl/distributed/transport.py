@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from distrl import version
 from distrl.distributed.liveness import RankDropped, dropped_reason
 from distrl.distributed.messages import (
     ActorHeader,
@@ -49,7 +50,6 @@ from distrl.storage.words import (  # re-exported: the words every message paylo
     unpack64,
     unpack_bytes,
 )
-from distrl.version import __version__
 
 __all__ = [
     "Inbox",
@@ -206,15 +206,37 @@ def framed_parts(
 # ---- one install on every rank ----------------------------------------------------------------
 
 
-def install_signature(policy: nn.Module) -> dict[str, Any]:
-    """What ranks must share to read each other's messages and tensors: the distrl version,
-    every message header's fields, the policy's parameter and buffer shapes."""
+def install_identity() -> dict[str, Any]:
+    """The install a rank runs: the distrl and torch versions and every message header's
+    fields (read when called: an install upgraded in place under a live run shows in the
+    processes started after it)."""
     headers = (WorkerHeader, ServerHeader, ActorHeader, LearnerHeader)
     return {
-        "distrl version": __version__,
+        "distrl version": version.__version__,
+        "torch version": torch.__version__,
         "message layout": {h.__name__: [f.name for f in dataclasses.fields(h)] for h in headers},
-        "policy shapes": [(k, tuple(v.shape)) for k, v in policy.state_dict().items()],
     }
+
+
+def install_signature(policy: nn.Module) -> dict[str, Any]:
+    """What ranks must share to read each other's messages and tensors: the install
+    (``install_identity``) and the policy's parameter and buffer shapes."""
+    shapes = [(k, tuple(v.shape)) for k, v in policy.state_dict().items()]
+    return {**install_identity(), "policy shapes": shapes}
+
+
+def install_difference(ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
+    """How the install ``theirs`` differs from ``ours`` ('distrl version 0.2.0, not 0.1.0'), or
+    None when it does not."""
+    odd = [k for k in ours if theirs.get(k) != ours[k]]
+    if not odd:
+        return None
+    said = []
+    for k in odd:
+        mine, other = ours[k], theirs.get(k)
+        short = isinstance(mine, str) and isinstance(other, str | None)
+        said.append(f"{k} {other or 'unknown'}, not {mine}" if short else f"{k} differs")
+    return "; ".join(said)
 
 
 def install_mismatch(signatures: list[dict[str, Any]]) -> str | None:

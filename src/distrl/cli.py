@@ -152,20 +152,31 @@ def train_main(argv: list[str] | None = None) -> int:
 
 def _launch(cfg: Any, start: Any, args: list[str], run_dir: str, nodes: Any) -> int:
     """Start the ranks with ``start`` (a strategy's launcher), node 0 holding the run
-    directory's lock from before the first rank starts until the last one ends."""
+    directory's lock from before the first rank starts until the last one ends; on one
+    machine, the keys the ranks act on in their stores live under a secret of the run's
+    (``store_secret``), which reaches them in their environment."""
     from distrl import rundir
+    from distrl.distributed import store_secret
 
-    lock = None
+    lock, secret = None, None
+    os.environ.pop(store_secret.SECRET_ENV, None)  # (several machines: none; see the docs)
     try:
         if nodes.rank == 0:  # node 0 writes the run: one launch per run directory
             lock = rundir.lock_for_launch(run_dir, fresh=cfg.resume is None)
             os.environ[rundir.LOCK_HOLDER_ENV] = str(os.getpid())  # the ranks' environment
+        if nodes.count == 1:
+            token = store_secret.new()
+            secret = store_secret.write(run_dir, token)
+            os.environ[store_secret.SECRET_ENV] = token
         return int(
             start(cfg.nproc, cfg.max_restarts, args, cfg.stop_timeout, run_dir, IMPORTED, nodes)
         )
     except ValueError as e:  # another live run there; a node that cannot host or reach the store
         return _fail(str(e))
     finally:
+        os.environ.pop(store_secret.SECRET_ENV, None)
+        if secret is not None:
+            store_secret.remove(secret)
         if lock is not None:
             os.environ.pop(rundir.LOCK_HOLDER_ENV, None)
             lock.release()

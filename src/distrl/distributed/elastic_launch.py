@@ -45,6 +45,7 @@ from distrl import interrupts
 from distrl.distributed import launch as torchrun_launch
 from distrl.distributed.elastic import ID_ENV, JOIN_ENV, STANDBY_ENV, START_WAIT, STORE_ENV
 from distrl.distributed.launch import ONE_NODE, Nodes
+from distrl.distributed.store_secret import guard
 
 NODE_BEAT, NODE_STALE = 1.0, 10.0
 """Each launcher writes ``el/node/<k>`` every NODE_BEAT s; node 0 waits for the other nodes'
@@ -67,7 +68,7 @@ def _store(nodes: Nodes) -> tuple[Any, int]:
                 f" ({e.strerror}); give an address of this machine that the other nodes reach, "
                 f"and a free port"
             ) from None
-        return store, store.port
+        return guard(store), store.port  # values signed with the run's secret (store_secret)
     try:
         store = dist.TCPStore(
             nodes.addr,
@@ -82,7 +83,7 @@ def _store(nodes: Nodes) -> tuple[Any, int]:
             f"within {START_WAIT:g} s ({str(e).splitlines()[0][:160]}); start node 0 with the "
             f"same --master-addr and --master-port"
         ) from None
-    return store, nodes.port
+    return guard(store), nodes.port
 
 
 def _slot_env(

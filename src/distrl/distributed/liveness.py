@@ -53,13 +53,17 @@ def store_is_back() -> None:
 
 
 def _store():
-    """The default process group's rendezvous store (None if unavailable, or given up on)."""
+    """The default process group's rendezvous store, its values signed with the run's secret
+    (``store_secret.guard``: a value another process wrote is not read); None if unavailable,
+    or given up on."""
     if _store_down:
         return None
     try:
         from torch.distributed.distributed_c10d import _get_default_store
 
-        return _get_default_store()
+        from distrl.distributed.store_secret import guard
+
+        return guard(_get_default_store())
     except Exception:
         return None
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch.distributed as dist
 
 from distrl.distributed.liveness import JoinRefused, PeerFailure, RankDropped
+from distrl.distributed.store_secret import guard, raw
 from distrl.distributed.transport import install_difference, install_identity
 
 STANDBY_ENV = "DISTRL_ELASTIC_STANDBY"
@@ -42,13 +43,14 @@ START_WAIT = 300.0
 
 def _client(timeout: float) -> Any:
     host, port = os.environ[STORE_ENV].rsplit(":", 1)
-    return dist.TCPStore(
+    store = dist.TCPStore(
         host,
         int(port),
         is_master=False,
         timeout=datetime.timedelta(seconds=max(timeout, 30.0)),
         use_libuv=True,
     )
+    return guard(store)  # values signed with the run's secret (store_secret)
 
 
 def _beat(uid: int, timeout: float) -> None:
@@ -190,7 +192,7 @@ class Membership:
         try:
             dist.init_process_group(
                 backend=self.backend,
-                store=dist.PrefixStore(f"el/pg/{epoch}", self.store),
+                store=dist.PrefixStore(f"el/pg/{epoch}", raw(self.store)),  # torch's keys
                 rank=self.index,
                 world_size=len(members),
                 timeout=datetime.timedelta(seconds=self.timeout),

@@ -152,6 +152,10 @@ def test_a_population_trains_copies_explores_and_resumes(capsys, tmp_path):
     # another command over the same directory is refused, naming the one it was started with
     code, _, err = run_main([*argv, "--seed", "5", "--resume", "auto"], capsys)
     assert code == 2 and "started with other settings" in err
+    # a damaged state file is named in one line, never trusted
+    (run_dir / "population.json").write_text('{"generation": "two", "members": 7}')
+    code, _, err = run_main([*argv, "--resume", "auto"], capsys)
+    assert code == 2 and "population.json: not a distrl population's state" in err, err
 
 
 def test_the_copied_member_steps_with_its_new_learning_rate(capsys, tmp_path):

@@ -19,7 +19,7 @@ from distrl.distributed.collectives import Collectives
 class AllReduceStrategy(Collectives):
     name = "allreduce"
 
-    def setup(self, policy: nn.Module, learner: GradientLearner, rows: int = 0) -> None:
+    def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Rank 0's parameters, buffers (normalizer) and optimizer state reach every rank as
         tensor broadcasts; a checksum then proves they match."""
         if not self.active:

@@ -13,13 +13,11 @@ loop: the runner's role loops (``runner/roles.py``) run every rank's iterations.
 - **agreed statistics**: ``reduce_stats`` sums and gathers named tensors in one collective;
 - **agreement on state**: rank 0's replica reaches every rank (``setup``), object
   broadcast/gather for run-directory and checkpoint bookkeeping, the replica check;
-- **liveness and time**: heartbeats, and the seconds spent inside collectives and waiting for
-  peers (``take_times``).
+- **liveness and time**: heartbeats; the seconds in collectives and waiting (``take_times``).
 
-The algorithm (on-policy PPO with GAE, or episodic RLOO) is the other, independent axis: a
-``runner.base.Runner`` subclass. ``Strategy`` and the link protocols list every member the
-runner and the CLI use, and mypy (``make lint``) checks that each class in the ``STRATEGIES``
-registry provides them.
+The algorithm is the other, independent axis (a ``runner.base.Runner`` subclass). ``Strategy``
+and the link protocols list every member the runner and the CLI use; mypy (``make lint``)
+checks that each class in the ``STRATEGIES`` registry provides them.
 
 Every collective goes through ``Collectives._timed`` (distributed/collectives.py), so each one is
 timed and a dead or stalled peer surfaces as a ``PeerFailure`` naming it.
@@ -206,6 +204,8 @@ class Strategy(Protocol):
     """Seeds are ``seed + seed_rank``: the rank itself, except where a rank stands in for
     another (learner-actor: actor i seeds as rank i would, so one learner and one actor
     reproduce a single process)."""
+    env_rows: int
+    """Rows of this rank's env, set before ``setup`` (learner-actor sizes messages by them)."""
 
     @property
     def num_collectors(self) -> int:
@@ -241,8 +241,8 @@ class Strategy(Protocol):
         """Whether ``take_times``' sync figure is measured (else it is reported as null)."""
         ...
 
-    def setup(self, policy: nn.Module, learner: GradientLearner, rows: int = 0) -> None:
-        """Make every rank's replica equal rank 0's; ``rows``: an env's (0: --env.num-envs)."""
+    def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
+        """Make every rank's replica (parameters, buffers, optimizer state) equal rank 0's."""
 
     @property
     def recovery(self) -> Recovery | None:

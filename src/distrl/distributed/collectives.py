@@ -34,6 +34,7 @@ class Collectives:
         self.rank = ctx.rank
         self.is_main = ctx.is_main
         self.active = ctx.distributed and ctx.world_size > 1
+        self.env_rows = 0  # set by the runner (Strategy.env_rows); 0: --env.num-envs
         self.profile_sync = profile_sync and self.active
         self._cuda = ctx.device.type == "cuda"
         self.comm_time = 0.0

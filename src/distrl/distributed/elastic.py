@@ -107,9 +107,9 @@ class ElasticAllReduce(AllReduceStrategy):
         failed); the members' rollout times are in the record (``time/rollout_max``)."""
         return None
 
-    def setup(self, policy: Any, learner: Any, rows: int = 0) -> None:
+    def setup(self, policy: Any, learner: Any) -> None:
         if not self._sync_pending:  # a replacement takes everything from a peer instead
-            super().setup(policy, learner, rows)
+            super().setup(policy, learner)
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         if self._sync_pending:  # a replacement's start-up: the members are mid-run

@@ -101,11 +101,10 @@ class LARank(Collectives):
         """The process group of this rank and ``peer`` (one learner and one actor)."""
         return self.pairs[(self.rank, peer) if self.is_learner else (peer, self.rank)]
 
-    def setup(self, policy: nn.Module, learner: GradientLearner, rows: int = 0) -> None:
+    def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Rank 0's replica reaches every rank (one coalesced broadcast); the routing table is
         computed on rank 0 and broadcast; then each side starts its receiver threads
-        (``start``). ``rows``: an actor's env rows, which its rollouts hold (a multi-agent
-        env has one per agent of each of its --env.num-envs copies)."""
+        (``start``)."""
         self.policy, self.ppo = policy, learner
         self.check_install(policy)
         self.broadcast_tensors_(list(policy.parameters()) + list(policy.buffers()))
@@ -113,7 +112,7 @@ class LARank(Collectives):
         table = routing_table(numels, self.learners, self.actors) if self.is_main else None
         self.table: RoutingTable = self.broadcast_object(table)
         self.sync_numel = sum(numels)
-        T, N = self.cfg.agent.num_steps, rows or self.cfg.env.num_envs
+        T, N = self.cfg.agent.num_steps, self.env_rows or self.cfg.env.num_envs
         self.codec: RolloutCodec | TransitionCodec
         if getattr(learner, "replay", False):  # dqn, sac, td3: rows of a replay (Ape-X)
             n_step = getattr(self.cfg.offpolicy, "n_step", 1)

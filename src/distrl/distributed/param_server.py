@@ -222,7 +222,7 @@ class PSRank(Collectives):
         """The process group of ``coordinator`` (the server, or a sink) and its ``peer``."""
         return self.pairs[(coordinator, peer)]
 
-    def setup(self, policy: nn.Module, learner: GradientLearner, rows: int = 0) -> None:
+    def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Rank 0's replica reaches every worker (one coalesced broadcast, as allreduce); the
         message capacity fits a gradient and its decision scalars. Each side then starts its
         receiver threads (``start``)."""

@@ -149,7 +149,8 @@ class OffPolicyRunner(Runner):
         self._env_steps = 0
         self._seen: dict[str, Any] = {"times": {}, "windows": {}, "whole": False}
         self.refilling = False  # a resume without the replay: refill with the policy, not at random
-        strategy.setup(self.learner.module, self.learner, env.num_envs)
+        strategy.env_rows = env.num_envs  # (the strategy's messages are sized for them)
+        strategy.setup(self.learner.module, self.learner)
 
     # ---- counters ---------------------------------------------------------------------------
     @property

@@ -73,7 +73,8 @@ class OnPolicyRunner(Runner):
         # what absorb keeps for summary: each collector's rollout time and episode window (by
         # rank), the batch's explained variance, and whether the windows are every collector's
         self._seen: dict[str, Any] = {"times": {}, "windows": {}, "ev": None, "whole": False}
-        strategy.setup(self.policy, self.ppo, env.num_envs)
+        strategy.env_rows = env.num_envs  # (the strategy's messages are sized for them)
+        strategy.setup(self.policy, self.ppo)
 
     # ---- counters ------------------------------------------------------------------------
     @property

@@ -106,7 +106,7 @@ def test_a_run_dir_that_cannot_be_written_is_refused_in_one_line(tmp_path, monke
     assert "Traceback" not in err
 
 
-@pytest.mark.slow  # one 2-rank run: ~15 s on 2 cores
+@pytest.mark.long  # one 2-rank run: ~15 s on 2 cores
 @pytest.mark.timeout(180)
 def test_two_launches_racing_for_one_new_run_dir_start_the_ranks_of_one(tmp_path):
     """Two `--nproc 2` launches started together at one new run directory: both launchers

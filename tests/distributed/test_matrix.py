@@ -305,10 +305,7 @@ def test_connect_four_self_play_beats_random_under(tmp_path, strategy):
 @pytest.mark.skipif(importlib.util.find_spec("mpe2") is None, reason="the multiagent extra")
 @pytest.mark.parametrize(
     "strategy",
-    [
-        "allreduce",
-        *(pytest.param(s, marks=pytest.mark.long) for s in ("ps-bsp", "learner-actor")),
-    ],
+    [pytest.param(s, marks=pytest.mark.long) for s in ("allreduce", "ps-bsp", "learner-actor")],
 )
 def test_a_policy_per_agent_group_trains_under(tmp_path, strategy):
     """MPE's speaker and listener, each group its own actor and critic (the task's default

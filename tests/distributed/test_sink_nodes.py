@@ -85,7 +85,7 @@ def train(tmp_path, name: str, *flags: str, iters: int = 4) -> None:
 SINKS = ("--nproc", "6", "--dist.strategy", "ps-bsp", "--dist.ps.group-size", "3")
 
 
-@pytest.mark.slow  # two launches of 5 and 6 ranks: ~30 s
+@pytest.mark.long  # two launches of 5 and 6 ranks: ~30 s
 @pytest.mark.timeout(420)
 def test_bsp_with_a_sink_node_ends_where_flat_bsp_does_on_the_same_data(tmp_path):
     """Rank 0 with workers 1, 2 and sink 3 with workers 4, 5 against rank 0 with workers

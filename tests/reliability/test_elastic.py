@@ -85,6 +85,7 @@ def assert_exact_env_steps(recs: list[dict]) -> None:
     assert recs[-1]["env_steps"] == expected, (recs[-1]["env_steps"], expected)
 
 
+@pytest.mark.long  # ~30 s; the lost writer's hand-over stays in make test
 @pytest.mark.timeout(240)
 def test_a_killed_and_a_stopped_rank_are_left_out_replaced_and_the_run_learns(tmp_path):
     code, out = finish(

@@ -182,7 +182,7 @@ def test_a_signal_to_the_launcher_stops_both_ranks_saves_and_resumes_bitwise(
 @pytest.mark.parametrize(
     "launcher",
     [
-        pytest.param("torchrun", id="torchrun"),
+        pytest.param("torchrun", id="torchrun", marks=pytest.mark.long),  # ~9 s
         pytest.param("elastic", id="elastic", marks=pytest.mark.long),  # the same relay
     ],
 )

@@ -64,7 +64,7 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(x.decode().split("=", 1) for x in raw if b"=" in x)
 
 
-@pytest.mark.slow  # a 2-rank launch: ~15 s on 2 cores
+@pytest.mark.long  # a 2-rank launch: ~15 s on 2 cores (the unit cases stay in make test)
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 @pytest.mark.timeout(150)
 def test_a_foreign_client_of_the_live_runs_store_cannot_drop_a_rank(tmp_path: Path):

@@ -53,6 +53,13 @@ def test_verbose_0_prints_nothing_as_in_sb3(tmp_path, monkeypatch):
     assert any("distrl: task gym:CartPole-v1" in m for m in seen), seen
 
 
+def test_n_steps_is_sb3s_n_step_returns_for_the_off_policy_learners():
+    for cls in (distrl.DQN, distrl.SAC, distrl.TD3):
+        env = "CartPole-v1" if cls is distrl.DQN else "Pendulum-v1"
+        assert cls("MlpPolicy", env, n_steps=3).cfg.offpolicy.n_step == 3
+        assert cls("MlpPolicy", env).cfg.offpolicy.n_step == 1  # SB3's default
+
+
 def test_learn_predict_save_load_and_learn_again(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     model = distrl.PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=16, n_epochs=1,

@@ -298,7 +298,7 @@ class _OffPolicy(_Model):
     def defaults(cls) -> dict[str, Any]:
         return {"learning_rate": 3e-4, "buffer_size": 1_000_000, "learning_starts": 100,
                 "batch_size": 256, "tau": 0.005, "gamma": 0.99, "train_freq": 1,
-                "gradient_steps": 1}  # fmt: skip
+                "gradient_steps": 1, "n_steps": 1}  # fmt: skip
 
     def sections(self, kw: dict[str, Any]) -> dict[str, dict[str, Any]]:
         self._refuse(kw, [*self.defaults(), "replay_buffer_class", "replay_buffer_kwargs",
@@ -320,7 +320,7 @@ class _OffPolicy(_Model):
             "offpolicy": {"buffer_size": int(kw["buffer_size"]),
                           "learning_starts": int(kw["learning_starts"]),
                           "batch_size": int(kw["batch_size"]), "tau": float(kw["tau"]),
-                          "updates": k * steps},
+                          "updates": k * steps, "n_step": int(kw["n_steps"])},
         }  # fmt: skip
 
 

@@ -133,15 +133,16 @@ class OffPolicyConfig:
     and the observation n steps later (or where the episode ended first), and the target
     bootstraps with gamma^m, m the steps summed. 1: one-step transitions."""
     prioritized: bool = False
-    """dqn: sample the replay in proportion to each transition's |TD error|^alpha (Schaul et al.
-    2016) and weight each sample's loss by its importance-sampling correction."""
+    """dqn, sac, td3: sample the replay in proportion to each transition's |TD error|^alpha
+    (Schaul et al. 2016) and weight each sample's loss by its importance-sampling correction
+    (sac, td3: the critics' loss; the priority is the mean of the twin critics' |TD error|)."""
     priority_alpha: float = 0.6
-    """dqn, prioritized: the exponent of the priorities (0: uniform sampling)."""
+    """dqn, sac, td3, prioritized: the exponent of the priorities (0: uniform sampling)."""
     priority_beta: float = 0.4
-    """dqn, prioritized: the importance-sampling exponent at the start, annealed linearly to 1
-    over the run (--agent.max-iterations)."""
+    """dqn, sac, td3, prioritized: the importance-sampling exponent at the start, annealed
+    linearly to 1 over the run (--agent.max-iterations)."""
     priority_eps: float = 1e-6
-    """dqn, prioritized: added to |TD error| so that no transition's priority is 0."""
+    """dqn, sac, td3, prioritized: added to |TD error| so that no transition's priority is 0."""
     actor_epsilon: float | None = None
     """dqn under --dist.strategy learner-actor (Ape-X): actor i of A explores with
     epsilon^(1 + 7 i / (A - 1)) all run long (Ape-X's 0.4 and 7: from much exploration to

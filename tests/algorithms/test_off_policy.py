@@ -207,8 +207,12 @@ N_STEP_PRIORITIZED = ("--offpolicy.n-step", "3", "--offpolicy.prioritized", "Tru
 
 @pytest.mark.parametrize(
     ("algorithm", "extra"),
-    [("dqn", N_STEP_PRIORITIZED), ("td3", ("--offpolicy.n-step", "2"))],
-    ids=["dqn-n3-prioritized", "td3-n2"],
+    [
+        ("dqn", N_STEP_PRIORITIZED),
+        ("td3", ("--offpolicy.n-step", "2")),
+        ("sac", ("--offpolicy.n-step", "2", "--offpolicy.prioritized", "True")),
+    ],
+    ids=["dqn-n3-prioritized", "td3-n2", "sac-n2-prioritized"],
 )
 def test_resume_continues_bit_for_bit_with_n_step_rows_and_priorities(
     algorithm, extra, tmp_path, capsys
@@ -227,7 +231,7 @@ def test_resume_continues_bit_for_bit_with_n_step_rows_and_priorities(
     assert mine["nstep"]["n"] == n and mine["nstep"]["count"] == n - 1
     assert mine["replay"]["size"] == 40 and mine["replay"]["discount"].shape == (40,)
     assert (mine["replay"]["discount"] > 0).all()
-    if algorithm == "dqn":  # the updates moved the priorities off the initial 1
+    if "--offpolicy.prioritized" in extra:  # the updates moved the priorities off the initial 1
         assert mine["replay"]["priorities"].shape == (40,)
         assert not torch.equal(mine["replay"]["priorities"], torch.ones(40, dtype=torch.float64))
 
@@ -274,8 +278,8 @@ def test_resume_without_the_replay_says_it_refills(tmp_path, capsys):
         (["cartpole", "--offpolicy.n-step", "3"], "applies to --algorithm dqn, sac, td3"),
         (["cartpole", "--algorithm", "pqn", "--offpolicy.n-step", "3"], "not to PQN"),
         (
-            ["pendulum", "--algorithm", "sac", "--offpolicy.prioritized", "True"],
-            "--offpolicy.prioritized applies to --algorithm dqn, not to SAC",
+            ["pendulum", "--algorithm", "pqn", "--offpolicy.prioritized", "True"],
+            "--offpolicy.prioritized applies to --algorithm dqn, sac, td3, not to PQN",
         ),
         (
             ["cartpole", "--algorithm", "dqn", "--offpolicy.priority-beta", "0.5"],

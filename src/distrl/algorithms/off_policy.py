@@ -243,6 +243,21 @@ def bootstrap_discount(batch: dict[str, torch.Tensor], gamma: float) -> torch.Te
     return batch.get("discount", gamma)
 
 
+def twin_q_loss(
+    learner: OffPolicyLearner, q1: torch.Tensor, q2: torch.Tensor, y: torch.Tensor,
+    batch: dict[str, torch.Tensor],
+) -> torch.Tensor:  # fmt: skip
+    """SAC's and TD3's critic loss, each critic's mean squared error to ``y``. With a
+    prioritized replay's ``weights`` each row's error is weighted by its importance-sampling
+    weight, and the mean of the two critics' |TD error| becomes its priority
+    (``learner.td_abs``); the actor and the temperature see the drawn rows unweighted."""
+    e1, e2 = (q1 - y).pow(2), (q2 - y).pow(2)
+    if "weights" not in batch:
+        return e1.mean() + e2.mean()
+    learner.td_abs = (0.5 * ((q1 - y).abs() + (q2 - y).abs())).detach()
+    return (batch["weights"] * e1).mean() + (batch["weights"] * e2).mean()
+
+
 def epsilon(cfg: TrainConfig, progress: float) -> float:
     """The epsilon-greedy rate at ``progress`` (fraction of the run's env steps)."""
     o = cfg.offpolicy

@@ -29,6 +29,7 @@ from distrl.algorithms.off_policy import (
     bootstrap_discount,
     frozen_copy,
     polyak,
+    twin_q_loss,
 )
 from distrl.config import TrainConfig
 from distrl.policy.actor_critic import ActorCritic
@@ -89,7 +90,7 @@ class SAC(OffPolicyLearner):
             y = batch["rewards"] + gamma * (~batch["terminated"]).float() * soft
         x = self.policy.features(batch["obs"])
         q1, q2 = self.critic(x, batch["actions"])
-        loss_q = (q1 - y).pow(2).mean() + (q2 - y).pow(2).mean()
+        loss_q = twin_q_loss(self, q1, q2, y, batch)
         _, a_pi, logp = self.sample(batch["obs"])
         self.critic.requires_grad_(False)  # the actor's loss does not train the critics
         q_pi = torch.min(*self.critic(x, a_pi))

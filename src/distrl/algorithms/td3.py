@@ -21,6 +21,7 @@ from distrl.algorithms.off_policy import (
     bootstrap_discount,
     frozen_copy,
     polyak,
+    twin_q_loss,
 )
 from distrl.algorithms.sac import continuous_critic
 from distrl.config import TrainConfig
@@ -66,7 +67,7 @@ class TD3(OffPolicyLearner):
             y = batch["rewards"] + gamma * (~batch["terminated"]).float() * torch.min(q1t, q2t)
         x = self.policy.features(batch["obs"])
         q1, q2 = self.critic(x, batch["actions"])
-        loss_q = (q1 - y).pow(2).mean() + (q2 - y).pow(2).mean()
+        loss_q = twin_q_loss(self, q1, q2, y, batch)
         loss_actor = torch.zeros((), device=q1.device)
         if self.actor_due():
             self.critic.requires_grad_(False)

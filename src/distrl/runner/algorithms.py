@@ -230,9 +230,6 @@ _OFF_POLICY_IGNORES = (
     "policy.recurrent_hidden",
 )
 _ALL_OFF = {f.name for f in dataclasses.fields(OffPolicyConfig)}
-_PRIORITIES = {"prioritized", "priority_alpha", "priority_beta", "priority_eps"}
-"""DQN's alone: SAC's and TD3's losses take no importance-sampling weights and give back no
-TD error per row (not built)."""
 _READS = {
     "dqn": _ALL_OFF
     - {
@@ -246,7 +243,6 @@ _READS = {
     },
     "pqn": {"eps_start", "eps_end", "eps_fraction", "q_lambda"},
     "sac": _ALL_OFF
-    - _PRIORITIES
     - {
         "actor_epsilon",
         "eps_start",
@@ -259,7 +255,6 @@ _READS = {
         "policy_delay",
     },
     "td3": _ALL_OFF
-    - _PRIORITIES
     - {
         "actor_epsilon",
         *("eps_start", "eps_end", "eps_fraction", "q_lambda", "alpha", "target_entropy"),

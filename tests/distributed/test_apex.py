@@ -1,13 +1,16 @@
 """Ape-X (--dist.strategy learner-actor with dqn, sac, td3), through the real launcher: actors
 send the rows they collect, n-step rows included, to their learner's replay; a resume continues
 bit for bit, the learner's replay and priorities and every actor's n-step window included; each
-actor explores with its own epsilon where --offpolicy.actor-epsilon asks."""
+actor explores with its own epsilon where --offpolicy.actor-epsilon asks. PQN's actors send
+their whole rollouts the same way: one learner and one actor end bit for bit where one process
+does."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
 from distrl.telemetry import read_metrics
 from tests.distributed.workers import run_cli
@@ -67,9 +70,31 @@ def test_each_actor_explores_with_its_own_epsilon(tmp_path):
     assert seen[1][-1] == pytest.approx(0.4) and seen[2][-1] == pytest.approx(0.4**8)
 
 
+@pytest.mark.long  # two runs each, ~13 s
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("limit", [None, 20], ids=["no-time-limit", "truncations"])
+def test_pqn_on_one_learner_and_one_actor_ends_where_one_process_does(tmp_path, limit):
+    """The actor's rollout reaches the learner as rows with their truncation flags, and the
+    learner's Q(lambda) returns from them are the single process's: bit for bit, and to float
+    rounding where a 20-step time limit truncates episodes (one process takes max_a Q of a
+    final observation over its step's N rows, the learner over the rollout's T x N)."""
+    runs = {}
+    for name, dist in (("one", []), ("la", ["--nproc", "2", "--dist.strategy", "learner-actor"])):
+        cmd = [str(BIN / "distrl"), "train", "cartpole", "--algorithm", "pqn", *dist, *QUIET]
+        cmd += ["--env.num-envs", "8", "--agent.num-steps", "16", "--agent.max-iterations", "6"]
+        cmd += ["--env.max-episode-steps", str(limit)] if limit else []
+        code, out, err, _ = run_cli([*cmd, "--run-dir", str(tmp_path / name)], timeout=150)
+        assert code == 0, out[-3000:] + err[-3000:]
+        runs[name] = final_state(tmp_path / name, 6)["policy"]
+    if limit is None:
+        assert_same(runs["one"], runs["la"], "policy")
+    for key, value in runs["one"].items():
+        torch.testing.assert_close(runs["la"][key], value, rtol=0, atol=1e-6, msg=key)
+
+
 @pytest.mark.timeout(60)
-def test_pqn_under_learner_actor_is_refused_naming_why(tmp_path):
+def test_pqn_under_learner_actor_with_stale_rollouts_is_refused_naming_why(tmp_path):
     cmd = [str(BIN / "distrl"), "train", "cartpole", "--algorithm", "pqn", "--nproc", "2"]
-    cmd += ["--dist.strategy", "learner-actor", *QUIET, "--run-dir", str(tmp_path / "run")]
-    code, out, err, _ = run_cli(cmd, timeout=50)
-    assert code == 2 and "Q(lambda)" in err, out + err
+    cmd += ["--dist.strategy", "learner-actor", "--dist.sync", "async", *QUIET]
+    code, out, err, _ = run_cli([*cmd, "--run-dir", str(tmp_path / "run")], timeout=50)
+    assert code == 2 and "drop --dist.sync async" in err, out + err

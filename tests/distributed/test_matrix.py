@@ -195,10 +195,11 @@ def test_rloo_with_the_demonstrations_term_fine_tunes_a_clone_under_torchrun(
 
 @pytest.mark.long  # 25 s each: make test keeps to its 10 minutes; CI runs both
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("strategy", ["allreduce", "elastic"])
+@pytest.mark.parametrize("strategy", ["allreduce", "elastic", "learner-actor"])
 def test_pqn_solves_cartpole_under(tmp_path, strategy):
     """PQN's defaults on 2 ranks: 2 x 32 envs, each update all-reduced, 245 iterations at
-    most; the run stops on the target."""
+    most (learner-actor: 1 actor of 32 envs, its learner's epochs over its rollout); the run
+    stops on the target."""
     flags = [*STRATEGIES[strategy], "--algorithm", "pqn", "--agent.target-return", "475"]
     records, out = train(tmp_path, "cartpole", flags)
     best = max(r["episode_return_mean"] or 0.0 for r in records)

@@ -69,3 +69,15 @@ def test_a_message_a_learner_cannot_store_is_named():
     bad = good.clone()
     bad[c.offset("actions") + 6] = 7  # past the count: padding, never read
     assert c.problem(bad) is None
+
+
+def test_a_pqn_actors_rows_carry_their_truncations_and_a_bad_flag_is_named():
+    c = TransitionCodec(12, 5, torch.float32, (), torch.long, 3, truncation=True, num_steps=4,
+                        num_envs=3)  # fmt: skip
+    sent = rows(12, 5, torch.float32)
+    sent["truncated"] = torch.arange(12) % 5 == 0
+    payload = c.encode(sent, torch.full((WINDOW, 3), -1.0))
+    got, _ = c.decode(payload, "cpu")
+    assert got.keys() == sent.keys() and torch.equal(got["truncated"], sent["truncated"])
+    payload[c.offset("truncated") + 1] = 2.0
+    assert "truncated flag that is neither 0 nor 1" in str(c.problem(payload))

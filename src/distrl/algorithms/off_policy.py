@@ -102,6 +102,9 @@ class OffPolicyLearner(ABC):
     """The metric name of each decision scalar ``loss`` returns, in order."""
     replay: bool = True
     """Learns from a replay buffer (PQN: from each rollout instead)."""
+    transitions = True
+    """Under learner-actor its actors send transition rows (``storage/transition_codec.py``),
+    not PPO's rollouts."""
     td_abs: torch.Tensor | None = None
     """|TD error| [B] of the last minibatch whose ``loss`` read importance-sampling
     ``weights`` (a prioritized replay's): its rows' new priorities."""

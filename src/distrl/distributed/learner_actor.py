@@ -114,9 +114,11 @@ class LARank(Collectives):
         self.sync_numel = sum(numels)
         T, N = self.cfg.agent.num_steps, self.env_rows or self.cfg.env.num_envs
         self.codec: RolloutCodec | TransitionCodec
-        if getattr(learner, "replay", False):  # dqn, sac, td3: rows of a replay (Ape-X)
-            n_step = getattr(self.cfg.offpolicy, "n_step", 1)
-            self.codec = TransitionCodec.for_policy(learner.policy, T, N, n_step)  # type: ignore[attr-defined]
+        if getattr(learner, "transitions", False):  # off-policy: a replay's rows (Ape-X), or
+            n_step = getattr(self.cfg.offpolicy, "n_step", 1)  # PQN's whole rollout as rows
+            whole = not getattr(learner, "replay", False)  # (then with its truncations)
+            own = learner.policy  # type: ignore[attr-defined]
+            self.codec = TransitionCodec.for_policy(own, T, N, n_step, truncation=whole)
         else:
             self.codec = RolloutCodec.for_policy(policy, T, N)
         self.capacity = max(self.codec.numel, 4096)

@@ -44,27 +44,18 @@ lives beside them (target networks, a temperature), from its own data (the off-p
 learners)."""
 SMALL_RANK_STATE = "a small rank state"
 """A rank's state (``Runner.rank_state``) may be large (a replay buffer)."""
-OWN_ROLLOUTS = "its own rollouts"
-"""A rank that learns holds the whole rollout of the envs it learns from (PQN's Q(lambda)
-returns over it)."""
 CAPABILITIES = (
     WHOLE_EPISODES,
     AGREED_STATS,
     STATS_WHERE_WEIGHTS,
     WHOLE_LEARNER,
     SMALL_RANK_STATE,
-    OWN_ROLLOUTS,
 )
 
 _LEARNER_PS = (
     "its server steps the trained weights and sends only those, so the target networks and "
     "the temperature the off-policy learners keep beside them would stay behind on the workers; "
     "use --dist.strategy allreduce"
-)
-_ROLLOUTS_LA = (
-    "its actors ship PPO's rollouts or replay rows (Ape-X: dqn, sac, td3) to the learners, and "
-    "PQN's Q(lambda) returns over an actor's rollout are not built; use --dist.strategy "
-    "allreduce or elastic"
 )
 _REPLAY_ELASTIC = (
     "it holds a copy of every rank's state at each iteration's start to roll back to, and a "
@@ -200,7 +191,7 @@ STRATEGIES: dict[str, StrategySpec] = {
     "learner-actor": StrategySpec(
         _learner_actor,
         ("learners", "sync", "max_policy_lag", "correction"),
-        lacks={WHOLE_EPISODES: _EPISODES_LA, OWN_ROLLOUTS: _ROLLOUTS_LA},
+        lacks={WHOLE_EPISODES: _EPISODES_LA},
         min_world=lambda d: 2 * d.learners,
         too_few=_la_too_few,
         off_policy=lambda d: d.sync == "async",

@@ -29,7 +29,6 @@ from distrl.config import DistConfig, MultiTaskConfig, OffPolicyConfig, TrainCon
 from distrl.distributed.base import Strategy
 from distrl.distributed.strategies import (
     AGREED_STATS,
-    OWN_ROLLOUTS,
     SMALL_RANK_STATE,
     STATS_WHERE_WEIGHTS,
     STRATEGIES,
@@ -291,7 +290,7 @@ def _off_policy(name: str, words: str, tasks: str, *, replay: bool) -> Algorithm
         ignores=ignores,
         needs=(
             Need(WHOLE_LEARNER),
-            Need(SMALL_RANK_STATE) if replay else Need(OWN_ROLLOUTS),
+            *((Need(SMALL_RANK_STATE),) if replay else ()),
         ),
         # a replay learns from transitions of older weights by design: Ape-X's actors may run
         # ahead of their learner (--dist.sync async)

@@ -27,6 +27,13 @@ the batch and the rows kept per env step are those of allreduce on as many ranks
 actors. A prioritized replay's
 new rows take the largest priority so far, on the learner: it holds the target network the TD
 errors need, and the first update that draws a row sets its priority from the newest weights.
+
+PQN under learner-actor: an actor sends its whole rollout the same way, as rows with their
+``truncated`` flags; the learner computes each actor's Q(lambda) returns under its own network
+(``RemoteTransitions.pqn_data``) and takes --agent.num-minibatches minibatches of all its actors'
+rows per epoch, so each step's batch is that of allreduce on as many ranks as it has actors. The
+actor waits for the weights its rollout trained (``--dist.sync on-policy``), as PQN learns on the
+data of its current network; ``async`` is refused, PQN having no off-policy correction.
 """
 
 from __future__ import annotations
@@ -126,6 +133,10 @@ class OffPolicyRunner(Runner):
                 f"replay: {size:,} transitions x {per} B = "
                 f"{_size(size * per)} on {device} {where or 'per rank'}"
             )
+        elif not role.learner:  # a PQN actor: its rollout's rows go to its learner
+            self.outbox = []
+        elif not role.collector:  # a PQN learner: its actors' rollouts, as rows
+            self.remote = RemoteTransitions(self)
         z: dict[str, Any] = dict(device=device)
         # this iteration's rollout (PQN; the replay learners only read its rewards' check)
         self.rollout = {
@@ -174,6 +185,8 @@ class OffPolicyRunner(Runner):
         An Ape-X actor counts its learner's replay as the rows it and its learner's other
         actors (as many iterations behind as it) sent: it acts at random until then."""
         start = self.cfg.offpolicy.learning_starts
+        if not self.learner.replay:  # PQN (an actor's too)
+            return True
         if self.outbox is not None:
             return self._sent_rows * self._actors_per_learner >= start
         return self.replay is None or len(self.replay) >= start
@@ -247,13 +260,11 @@ class OffPolicyRunner(Runner):
         """One step of N envs into the replay (an Ape-X actor's: its outbox): as it is, or
         through the n-step window (whose rows are those of n-1 steps ago)."""
         if self.nstep is None:
-            rows: dict[str, torch.Tensor] | None = {
-                "obs": obs,
-                "actions": actions,
-                "rewards": reward,
-                "next_obs": after,
-                "terminated": terminated,
-            }
+            one = {"obs": obs, "actions": actions, "rewards": reward, "next_obs": after}
+            one["terminated"] = terminated
+            if not self.learner.replay:  # a PQN actor's: Q(lambda) tells a time limit apart
+                one["truncated"] = truncated
+            rows: dict[str, torch.Tensor] | None = one
         else:
             rows = self.nstep.push(obs, actions, reward, after, terminated, truncated)
         if rows is None:
@@ -360,31 +371,31 @@ class OffPolicyRunner(Runner):
         return iter(self._pqn_minibatches())
 
     def _pqn_minibatches(self) -> list[dict[str, torch.Tensor]]:
-        """PQN's epochs over this iteration's rollout, with its Q(lambda) returns."""
+        """PQN's epochs over this iteration's rollout (a learner's: its actors' rollouts, one
+        after another), with its Q(lambda) returns."""
         a, r = self.cfg.agent, self.rollout
         learner = self.learner
         assert isinstance(learner, PQN)
         T, N = r["rewards"].shape
-        with torch.no_grad():
-            after = torch.cat([r["obs"][1:], self.obs.unsqueeze(0)])
-            next_q = learner.max_q(after.reshape(T * N, -1)).reshape(T, N)
-            returns = q_lambda_returns(
-                r["rewards"],
-                r["terminated"],
-                r["truncated"],
-                next_q,
-                r["final_q"],
-                a.gamma,
-                self.cfg.offpolicy.q_lambda,
-            )
-        data = {
-            "obs": r["obs"].reshape(T * N, -1),
-            "actions": r["actions"].reshape(T * N),
-            "returns": returns.reshape(T * N),
-        }
-        out = []
+        lam = self.cfg.offpolicy.q_lambda
+        if self.remote is not None:
+            data = self.remote.pqn_data(learner, T, N, a.gamma, lam)
+        else:
+            with torch.no_grad():
+                after = torch.cat([r["obs"][1:], self.obs.unsqueeze(0)])
+                next_q = learner.max_q(after.reshape(T * N, -1)).reshape(T, N)
+                returns = q_lambda_returns(
+                    r["rewards"], r["terminated"], r["truncated"], next_q, r["final_q"],
+                    a.gamma, lam,
+                )  # fmt: skip
+            data = {
+                "obs": r["obs"].reshape(T * N, -1),
+                "actions": r["actions"].reshape(T * N),
+                "returns": returns.reshape(T * N),
+            }
+        rows, out = data["returns"].shape[0], []
         for _ in range(a.num_epochs):
-            order = torch.randperm(T * N, generator=self.shuffle_gen, device=self.env.device)
+            order = torch.randperm(rows, generator=self.shuffle_gen, device=self.env.device)
             for idx in order.chunk(a.num_minibatches):
                 out.append({k: v[idx] for k, v in data.items()})
         return out
@@ -493,6 +504,7 @@ class RemoteTransitions:
 
     def __init__(self, runner: OffPolicyRunner):
         self.runner, self.device = runner, runner.env.device
+        self.rollouts: list[dict[str, torch.Tensor]] = []  # PQN: this iteration's, by actor
         self.slots = 0
         self.window = torch.full((WINDOW, 3), -1.0)
         self.ret = torch.zeros(3, dtype=torch.float64)
@@ -503,10 +515,35 @@ class RemoteTransitions:
         self.slots = slots
 
     def add_rows(self, rows: dict[str, torch.Tensor]) -> None:
+        """One actor's rows: into the replay, or (PQN) kept as that actor's rollout."""
         replay = self.runner.replay
-        assert replay is not None
-        if rows and len(rows["rewards"]):
+        if replay is None:
+            self.rollouts.append(rows)
+        elif rows and len(rows["rewards"]):
             replay.add(**rows)
+
+    @torch.no_grad()
+    def pqn_data(
+        self, learner: PQN, T: int, N: int, gamma: float, lam: float
+    ) -> dict[str, torch.Tensor]:
+        """PQN's training rows from this iteration's actors' rollouts (each T steps of N rows,
+        one step after another), their Q(lambda) returns under the learner's network: the next
+        observation of every row is its ``next_obs`` (the final one where an episode ended), so
+        max_a Q(s', a) is one batch, and a time limit bootstraps from the same value."""
+        parts: dict[str, list[torch.Tensor]] = {"obs": [], "actions": [], "returns": []}
+        taken, self.rollouts = self.rollouts, []
+        for rows in taken:
+            if len(rows.get("rewards", ())) != T * N:
+                continue  # (an actor's message with no rollout: nothing to learn from)
+            nxt = learner.max_q(rows["next_obs"]).view(T, N)
+            returns = q_lambda_returns(
+                rows["rewards"].view(T, N), rows["terminated"].view(T, N),
+                rows["truncated"].view(T, N), nxt, nxt, gamma, lam,
+            )  # fmt: skip
+            parts["obs"].append(rows["obs"])
+            parts["actions"].append(rows["actions"].reshape(T * N))
+            parts["returns"].append(returns.reshape(T * N))
+        return {k: torch.cat(v) for k, v in parts.items()}
 
 
 def make_replay(

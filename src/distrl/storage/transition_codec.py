@@ -1,5 +1,7 @@
 """The rows an actor's iteration adds to a replay, as one flat float32 payload and back: the
-message of an Ape-X actor (``--dist.strategy learner-actor`` with dqn, sac or td3).
+message of an Ape-X actor (``--dist.strategy learner-actor`` with dqn, sac or td3), and of a
+PQN actor, whose rows (one step's N after another, with their ``truncated`` flags) are its
+whole rollout.
 
 Beside the replay it fills (``storage/replay.py``): the fields are ``ReplayBuffer.add``'s. An
 iteration yields up to ``rows`` of them (T x N; with n-step returns fewer while the windows
@@ -33,10 +35,12 @@ class TransitionCodec:
         discount: bool = False,
         num_steps: int = 1,
         num_envs: int = 1,
+        truncation: bool = False,
     ):
         """``num_actions``: a discrete action space's size (0: continuous); ``discount``: the
         rows are n-step rows, each with its own discount; ``num_steps`` x ``num_envs``: the
-        transitions of one iteration (what a dropped message counts)."""
+        transitions of one iteration (what a dropped message counts); ``truncation``: the rows
+        carry their ``truncated`` flags (PQN's Q(lambda) tells a time limit from a step)."""
         self.rows, self.obs_dim, self.obs_dtype = rows, obs_dim, obs_dtype
         self.action_shape, self.action_dtype = action_shape, action_dtype
         self.num_actions, self.T, self.N = num_actions, num_steps, num_envs
@@ -48,6 +52,8 @@ class TransitionCodec:
         self.fields |= {"obs": (obs, obs_words), "next_obs": (obs, obs_words)}
         self.fields |= {"actions": (act, act), "rewards": (rows, rows)}
         self.fields["terminated"] = (rows, rows)
+        if truncation:
+            self.fields["truncated"] = (rows, rows)
         if discount:
             self.fields["discount"] = (rows, rows)
         self.fields["window"] = (WINDOW * 3,) * 2
@@ -55,7 +61,7 @@ class TransitionCodec:
 
     @classmethod
     def for_policy(
-        cls, policy: Any, num_steps: int, num_envs: int, n_step: int = 1
+        cls, policy: Any, num_steps: int, num_envs: int, n_step: int = 1, truncation: bool = False
     ) -> TransitionCodec:
         """The codec of one iteration of ``policy``'s (an ``ActorCritic``) num_envs envs: T x N
         rows at most (an n-step window gives one row per env step, n - 1 steps late:
@@ -67,8 +73,9 @@ class TransitionCodec:
             shape, dtype, n = (len(space.low),), torch.float32, 0
         rows = num_steps * num_envs
         return cls(
-            rows, policy.obs_dim, policy.obs_dtype, shape, dtype, n, n_step > 1, num_steps, num_envs
-        )
+            rows, policy.obs_dim, policy.obs_dtype, shape, dtype, n, n_step > 1, num_steps,
+            num_envs, truncation,
+        )  # fmt: skip
 
     def decode_into(self, payload: torch.Tensor, target: Any, slot: int) -> tuple[Any, Any]:
         """Add the rows to ``target`` (the learner's ``RemoteTransitions``); returns the
@@ -119,14 +126,16 @@ class TransitionCodec:
         if not (0 <= count <= self.rows and count == round(count)):
             return f"a transition count of {count} (0..{self.rows} fit)"
         n = int(count)
-        got = {k: self._field(payload, k)[:n] for k in ("actions", "terminated", "rewards")}
+        flags = [k for k in ("terminated", "truncated") if k in self.fields]
+        got = {k: self._field(payload, k)[:n] for k in ("actions", "rewards", *flags)}
         if self.num_actions:
             a = got["actions"]
             bad = (a < 0) | (a >= self.num_actions) | (a != a.round())
             if bool(bad.any()):
                 return f"an action {float(a[bad][0])} outside 0..{self.num_actions - 1}"
-        if not bool(((got["terminated"] == 0) | (got["terminated"] == 1)).all()):
-            return "a terminated flag that is neither 0 nor 1"
+        for flag in flags:
+            if not bool(((got[flag] == 0) | (got[flag] == 1)).all()):
+                return f"a {flag} flag that is neither 0 nor 1"
         if "discount" in self.fields:
             d = self._field(payload, "discount")[:n]
             if not bool(((d >= 0) & (d <= 1)).all()):
@@ -152,7 +161,7 @@ class TransitionCodec:
                 t = piece[: n * self.obs_dim].view(n, self.obs_dim).to(self.obs_dtype)
             elif name == "actions":
                 t = piece[: n * act].view(n, *self.action_shape).to(self.action_dtype)
-            elif name == "terminated":
+            elif name in ("terminated", "truncated"):
                 t = piece[:n].bool()
             else:
                 t = piece[:n].clone()

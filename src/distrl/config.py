@@ -222,6 +222,11 @@ class AgentConfig:
     None keeps every checkpoint."""
     max_consecutive_skips: int = 10
     """Stop with an error after this many consecutive updates skipped for non-finite values."""
+    grad_accum: int = 1
+    """Compute each minibatch's gradient in this many chunks, their backward passes one after
+    another, and step once on their size-weighted mean (RIPT's grad_accum): the same update to
+    float rounding, with the activations of 1/K of the minibatch alive at a time. ppo and
+    rloo; not with --policy.recurrent."""
 
     @property
     def last_iteration(self) -> int:
@@ -509,6 +514,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive(errors, "--dist.timeout", cfg.dist.timeout, "use e.g. 120")
     _positive(errors, "--stop-timeout", cfg.stop_timeout, "use e.g. 300")
     _positive(errors, "--agent.max-consecutive-skips", a.max_consecutive_skips, "use e.g. 10")
+    _positive(errors, "--agent.grad-accum", a.grad_accum, "use 1 (no accumulation) or more")
+    if a.grad_accum > 1 and cfg.policy.recurrent != "none":
+        errors.append(
+            "--agent.grad-accum splits minibatches into chunks of rows, and a recurrent "
+            "policy's minibatches are whole sequences; drop --agent.grad-accum"
+        )
     if cfg.threads is not None:
         _positive(errors, "--threads", cfg.threads, "set it to 1 or more, or leave it unset")
     if cfg.max_restarts < 0:

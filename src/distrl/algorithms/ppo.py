@@ -17,6 +17,7 @@ the KL and step. Identical combined numbers give identical decisions on every ra
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -380,6 +381,19 @@ class PPO:
         out["explained_variance"] = stats["explained_variance"]
         return out
 
+    def accumulated(
+        self, gradient: Callable[[torch.Tensor], torch.Tensor], chunks: int, idx: torch.Tensor
+    ) -> torch.Tensor:
+        """``gradient(idx)`` computed in ``chunks`` parts of ``idx`` (``--agent.grad-accum``):
+        each part's backward in turn, ``flat`` = their mean weighted by their rows (every part's
+        loss is a mean over its rows), so the decision scalars average too and a non-finite part
+        leaves its flag above 0. The update equals the whole minibatch's to float rounding."""
+        total = torch.zeros_like(self.flat)
+        for part in idx.chunk(chunks):
+            total.add_(gradient(part), alpha=len(part) / len(idx))
+        self.flat.copy_(total)
+        return self.flat
+
     def epochs(
         self,
         shuffle: Callable[[], list[torch.Tensor]],
@@ -390,6 +404,8 @@ class PPO:
         then ``stepper.step`` combines, decides and steps; stops every rank on the (global) KL.
         Any loss fits: PPO's own (``update``) or another objective's through ``backward``."""
         cfg, stepper = self.cfg, stepper or LocalStep()
+        if cfg.grad_accum > 1:
+            gradient = functools.partial(self.accumulated, gradient, cfg.grad_accum)
         sums = dict.fromkeys(_SCALARS[:5], 0.0)
         steps = skipped = 0
         stopped_early = False

@@ -158,6 +158,8 @@ _PPO_OPTIONS = (
         "memoryless policies; leave it at none (recurrent policies train with PPO: {tasks})",
     ),
 )
+_GRAD_ACCUM = Option("agent.grad_accum")
+"""ppo's and rloo's: the off-policy learners take one minibatch per step (and PQN its own)."""
 _SUITE_OPTIONS = tuple(
     Option(
         f"multitask.{f.name}",
@@ -175,7 +177,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         OnPolicyRunner,
         lambda task: task.suite is None,
         "the tasks without an episodic suite",
-        options=_PPO_OPTIONS,
+        options=(*_PPO_OPTIONS, _GRAD_ACCUM),
         needs=(
             Need(
                 STATS_WHERE_WEIGHTS,
@@ -192,7 +194,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         lambda task: task.suite is not None,
         SUITES,
         on_suite=True,
-        options=_SUITE_OPTIONS,
+        options=(*_SUITE_OPTIONS, _GRAD_ACCUM),
         # no critic, no bootstrapping: RLOO's loss has no value term and its advantages are
         # the group's leave-one-out returns (algorithms/rloo.py); no recurrent core either
         ignores=(

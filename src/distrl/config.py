@@ -348,6 +348,11 @@ class MultiTaskConfig:
     """K: rollouts per init state, one RLOO group (leave-one-out baseline over K - 1)."""
     drop_uniform: bool = True
     """Dynamic sampling: drop the groups whose K rewards are all equal (counted, not trained)."""
+    refill_rounds: int = 0
+    """With drop_uniform: up to this many more collections per iteration replace the groups
+    whose K outcomes were all equal with groups of the task's next init states (RIPT's
+    dynamic-sampling refill), so the update trains on a full batch where it can; 0: train on
+    the groups kept. Each round's env steps count."""
     demos: str | None = None
     """A `distrl demos` file of this suite: every RLOO minibatch adds bc_coef times the
     behaviour-cloning loss of a minibatch of its steps (DAPG), which holds the tasks that RLOO
@@ -724,6 +729,13 @@ def _validate_multitask(errors: list[str], m: MultiTaskConfig) -> None:
             f"training success, e.g. 0.9"
         )
     _positive(errors, "--multitask.solved-revisit", m.solved_revisit, "use e.g. 10")
+    if m.refill_rounds < 0:
+        errors.append(f"--multitask.refill-rounds must be 0 or more, got {m.refill_rounds}")
+    elif m.refill_rounds and not m.drop_uniform:
+        errors.append(
+            "--multitask.refill-rounds replaces the groups --multitask.drop-uniform drops, and "
+            "it is off; drop --multitask.refill-rounds or set --multitask.drop-uniform True"
+        )
     if not 0.0 <= m.noise_beta <= 4.0:  # NaN too
         errors.append(
             f"--multitask.noise-beta must be in [0, 4], got {m.noise_beta}; 0 is white noise, "

@@ -31,7 +31,12 @@ import torch
 from distrl import seeding
 from distrl.algorithms.bc import bc_loss
 from distrl.algorithms.ppo import PPO
-from distrl.algorithms.rloo import EpisodeAdvantages, rloo_advantages, rloo_policy_loss
+from distrl.algorithms.rloo import (
+    EpisodeAdvantages,
+    rloo_advantages,
+    rloo_policy_loss,
+    uniform_groups,
+)
 from distrl.algorithms.task_schedule import (
     GradientWeights,
     TaskSchedule,
@@ -46,7 +51,7 @@ from distrl.policy.distributions import powerlaw_noise
 from distrl.runner.base import Runner
 from distrl.runner.collector import NonFiniteEnvError
 from distrl.runner.hooks import Hooks
-from distrl.storage.episodes import EpisodeBatch, collect_episodes
+from distrl.storage.episodes import EpisodeBatch, collect_episodes, replace_groups
 from distrl.telemetry import Telemetry
 
 
@@ -91,6 +96,7 @@ class EpisodicRunner(Runner):
         self.task_success = torch.full((T,), math.nan, dtype=torch.float64)  # latest, global
         self.task: int | None = None  # the current iteration's task and episodes (hooks read them)
         self.batch: EpisodeBatch | None = None
+        self.replaced = torch.zeros(4, dtype=torch.float64)  # a refill's: see ``_refill``
         self._served: dict[str, torch.Tensor] | None = None  # absorbed, not yet summarized
         self.demo_obs, self.demo_actions = self._demo_steps(dev)
         # --multitask.self-imitation: this rank's newest successful steps per task (obs, actions)
@@ -132,16 +138,45 @@ class EpisodicRunner(Runner):
             actions, logp, _ = self.policy.act(obs, eps)
             return actions, logp
 
-        env, noise = self.envs[task], None
-        if self.mt.noise_beta > 0:  # each episode's draws, a function of (seed, iteration)
-            E = len(init) * self.mt.group_size
-            gen = torch.Generator().manual_seed(env_seed)
-            shape = (E, self.policy.action_space.dim)
-            noise = powerlaw_noise(shape, env.max_episode_steps, self.mt.noise_beta, gen)
+        env = self.envs[task]
         self.task = task
-        self.batch = collect_episodes(env, act, init, self.mt.group_size, env_seed, noise)
+        self.batch = collect_episodes(
+            env, act, init, self.mt.group_size, env_seed, self._noise(env, len(init), env_seed)
+        )
+        self.replaced = torch.zeros(4, dtype=torch.float64)  # groups, episodes, wins, return
+        if mt.drop_uniform and mt.refill_rounds:
+            self._refill(task, act, env_seed)
         if self.cfg.env.check_finite:
             self.check_finite(task, self.batch)
+
+    def _noise(self, env: EpisodicVecEnv, groups: int, seed: int) -> torch.Tensor | None:
+        """Each episode's exploration draws (--multitask.noise-beta), a function of ``seed``."""
+        if self.mt.noise_beta <= 0:
+            return None
+        gen = torch.Generator().manual_seed(seed)
+        shape = (groups * self.mt.group_size, self.policy.action_space.dim)
+        return powerlaw_noise(shape, env.max_episode_steps, self.mt.noise_beta, gen)
+
+    def _refill(self, task: int, act: Any, env_seed: int) -> None:
+        """--multitask.refill-rounds: the groups whose K outcomes were all equal make way for
+        groups of the task's next init states, collected anew (RIPT's refill), until none is
+        uniform or the rounds run out. The replaced episodes still count in the task's
+        success and return (``self.replaced``), so the rates are not raised by the refill."""
+        assert self.batch is not None and self.schedule is not None
+        batch, K, env = self.batch, self.mt.group_size, self.envs[task]
+        for r in range(1, self.mt.refill_rounds + 1):
+            groups = uniform_groups(batch.success.to(torch.float32), K).nonzero().squeeze(1)
+            if groups.numel() == 0:
+                return
+            rows = (groups.unsqueeze(1) * K + torch.arange(K, device=groups.device)).reshape(-1)
+            self.replaced += torch.tensor(
+                [len(groups), len(rows), float(batch.success[rows].sum()),
+                 float(batch.returns[rows].sum())], dtype=torch.float64,
+            )  # fmt: skip
+            init = self.schedule.init_states[task].take(len(groups))
+            seed = (env_seed * 1_000_003 + r) % 2**62  # each round's own, from (seed, iteration)
+            new = collect_episodes(env, act, init, K, seed, self._noise(env, len(init), seed))
+            replace_groups(batch, groups, new)
 
     def check_finite(self, task: int, batch: EpisodeBatch) -> None:
         """NaN/Inf from the env stops training here, before the update or the normalizer sees
@@ -184,6 +219,7 @@ class EpisodicRunner(Runner):
             "returns": (T,),
             "kept": (C,),
             "dropped_groups": (1,),
+            "refilled_groups": (1,),
             "env_steps": (1,),
         }
         if self.mt.skip_solved is not None:  # which task each collector trained (id + 1)
@@ -210,9 +246,10 @@ class EpisodicRunner(Runner):
         T, C, f64 = len(self.task_names), strategy.num_collectors, torch.float64
         mine = {name: torch.zeros(n, dtype=f64) for name, n in (("episodes", T), ("kept", C))}
         mine["successes"], mine["returns"] = torch.zeros(T, dtype=f64), torch.zeros(T, dtype=f64)
-        mine["episodes"][task] = batch.num_episodes
-        mine["successes"][task] = float(success.sum())
-        mine["returns"][task] = float(batch.returns.sum())
+        extra = self.replaced  # the episodes a refill replaced (groups, episodes, wins, return)
+        mine["episodes"][task] = batch.num_episodes + float(extra[1])
+        mine["successes"][task] = float(success.sum()) + float(extra[2])
+        mine["returns"][task] = float(batch.returns.sum()) + float(extra[3])
         mine["kept"][me] = kept
         if mt.skip_solved is not None:
             mine["task_of"] = torch.zeros(C, dtype=f64)
@@ -223,6 +260,7 @@ class EpisodicRunner(Runner):
                 "obs": Moments.of(valid).to_flat(),
                 **mine,
                 "dropped_groups": torch.tensor([adv.num_dropped_groups], dtype=f64),
+                "refilled_groups": extra[:1].clone(),
                 "env_steps": torch.tensor([batch.env_steps], dtype=f64),
             }
         )
@@ -382,6 +420,7 @@ class EpisodicRunner(Runner):
             "episode_return_mean": float(counts["returns"].sum()) / total,
             "episodes": int(total),
             "rloo/dropped_groups": int(counts["dropped_groups"].sum()),
+            "rloo/refilled_groups": int(counts["refilled_groups"].sum()),
             "rloo/kept_episodes": int(counts["kept"].sum()),
             "early_stop/streak": self.streak,
             **out,

@@ -79,6 +79,18 @@ class EpisodeBatch:
         return step_mask(self.lengths, self.max_steps)
 
 
+def replace_groups(batch: EpisodeBatch, groups: torch.Tensor, new: EpisodeBatch) -> None:
+    """Put ``new``'s groups in place of ``batch``'s groups ``groups`` (one new group for each,
+    in order), in place; ``batch.env_steps`` adds ``new``'s."""
+    K = batch.group_size
+    if new.group_size != K or new.num_episodes != len(groups) * K:
+        raise ValueError(f"{new.num_episodes} episodes do not refill {len(groups)} groups of {K}")
+    rows = (groups.unsqueeze(1) * K + torch.arange(K, device=groups.device)).reshape(-1)
+    for name in ("obs", "actions", "logprobs", "rewards", "lengths", "success", "init_indices"):
+        getattr(batch, name)[rows] = getattr(new, name).to(getattr(batch, name).dtype)
+    batch.env_steps += new.env_steps
+
+
 def collect_episodes(
     env: EpisodicVecEnv,
     policy: Policy,

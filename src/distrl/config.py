@@ -282,6 +282,14 @@ class DistConfig:
     """Seconds a collective may wait for a peer before every rank exits with an error."""
     profile_sync: bool = False
     """Barrier before each gradient all-reduce to measure time/sync (the barrier costs time)."""
+    overlap: bool = False
+    """allreduce, learner-actor's learners: start each bucket's gradient all-reduce while
+    backward still runs (DD-PPO's overlap of communication with backprop); with two ranks the
+    run is bitwise the same as without. Off by default: on the 2-core CPU machine it did not pay
+    (docs/benchmarks.md, "Overlapping the all-reduce with backward")."""
+    bucket_mb: float = 1.0
+    """With --dist.overlap: MiB of gradients per bucket (one all-reduce each), filled from the
+    last layer backward; a model smaller than one bucket makes one call, as without overlap."""
     pin_cores: bool = True
     """CPU ranks: pin each local rank to its own share of the cores, so the scheduler never
     stacks two ranks on one core while the other idles (every rank would then wait for it)."""
@@ -517,6 +525,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _positive(errors, "--agent.save-interval", a.save_interval, "set it to 1 or more")
     _positive(errors, "--nproc", cfg.nproc, "set it to 1 or more")
     _positive(errors, "--dist.timeout", cfg.dist.timeout, "use e.g. 120")
+    _positive(errors, "--dist.bucket-mb", cfg.dist.bucket_mb, "use e.g. 1")
     _positive(errors, "--stop-timeout", cfg.stop_timeout, "use e.g. 300")
     _positive(errors, "--agent.max-consecutive-skips", a.max_consecutive_skips, "use e.g. 10")
     _positive(errors, "--agent.grad-accum", a.grad_accum, "use 1 (no accumulation) or more")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -128,6 +129,8 @@ class OffPolicyLearner(ABC):
         device = self.params[0].device
         self.flat_param = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in self.params]))
         self.flat = torch.zeros(n + len(self.SCALARS) + 1, device=device)
+        self.grads_finite: Callable[[], torch.Tensor] | None = None
+        """As ``PPO.grads_finite`` (``--dist.overlap``)."""
         offset, adams = 0, {}
         for name, ps in groups.items():
             start = offset
@@ -179,7 +182,8 @@ class OffPolicyLearner(ABC):
         loss.backward()
         tail = self.flat[n:]
         tail[:-1] = torch.stack([s.detach().float() for s in scalars])
-        tail[-1] = torch.logical_not(torch.isfinite(self.flat[:n]).all() & torch.isfinite(loss))
+        finite = self.grads_finite() if self.grads_finite else torch.isfinite(self.flat[:n]).all()
+        tail[-1] = torch.logical_not(finite & torch.isfinite(loss))
         return self.flat
 
     def decide(self, flat: torch.Tensor) -> Decision:

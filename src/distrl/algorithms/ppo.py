@@ -207,6 +207,10 @@ class PPO:
             p.grad = self.flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
         self.flat_param.grad = self.flat[:n]
+        self.grads_finite: Callable[[], torch.Tensor] | None = None
+        """Set by a strategy that sums the gradient buffer while backward runs
+        (``--dist.overlap``): whether this rank's gradients were finite, checked before they
+        went out; the buffer itself is then not to be read until the strategy's step."""
         self.optimizer = FlatAdam(self.flat_param, lr=cfg.learning_rate, eps=cfg.adam_eps)
         self.lr = cfg.learning_rate
         self._loss = torch.compile(self._forward) if cfg.compile else self._forward
@@ -317,7 +321,8 @@ class PPO:
         loss.backward()
         scalars = self.flat[n:]
         scalars[:5] = torch.stack([parts[k] for k in _SCALARS[:5]])
-        scalars[5] = torch.logical_not(torch.isfinite(self.flat[:n]).all() & torch.isfinite(loss))
+        finite = self.grads_finite() if self.grads_finite else torch.isfinite(self.flat[:n]).all()
+        scalars[5] = torch.logical_not(finite & torch.isfinite(loss))
         return self.flat
 
     def decide(self, flat: torch.Tensor) -> Decision:

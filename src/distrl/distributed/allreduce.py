@@ -1,7 +1,9 @@
 """The DD-PPO strategy (Wijmans et al. 2020, "DD-PPO: Learning Near-Perfect PointGoal
 Navigators from 2.5 Billion Frames"): every rank collects and learns; per minibatch one flat
 all-reduce averages the gradients *and* the decision scalars riding at their tail, so every rank
-decides (skip, early stop, LR) from identical numbers and takes the identical step.
+decides (skip, early stop, LR) from identical numbers and takes the identical step. With
+``--dist.overlap`` that sum is cut into buckets that start during backward
+(``distributed/overlap.py``); the decisions are the same.
 
 With one process (no process group) every collective is the identity, so the runner's code path
 is the same for W=1 and W>1.
@@ -14,10 +16,22 @@ from torch import nn
 
 from distrl.algorithms.ppo import Decision, GradientLearner, decide_and_step
 from distrl.distributed.collectives import Collectives
+from distrl.distributed.context import DistContext
 
 
 class AllReduceStrategy(Collectives):
     name = "allreduce"
+
+    def __init__(
+        self,
+        ctx: DistContext,
+        profile_sync: bool = False,
+        timeout: float = 120.0,
+        bucket_mb: float | None = None,
+    ):
+        super().__init__(ctx, profile_sync=profile_sync, timeout=timeout)
+        self.bucket_mb = bucket_mb
+        """--dist.overlap: buckets of this many MiB go out during backward (None: after it)."""
 
     def setup(self, policy: nn.Module, learner: GradientLearner) -> None:
         """Rank 0's parameters, buffers (normalizer) and optimizer state reach every rank as
@@ -30,9 +44,13 @@ class AllReduceStrategy(Collectives):
             tensors += [v for v in state.values() if torch.is_tensor(v)]
         self.broadcast_tensors_(tensors)
         self.verify_replicas(policy)
+        self.overlap_backward(learner, self.bucket_mb)
 
     def step(self, learner: GradientLearner, flat: torch.Tensor) -> Decision:
-        self.allreduce_sum_(flat)  # the one collective per minibatch
+        if self.buckets is not None:  # --dist.overlap: most buckets went out during backward
+            self.buckets.reduce_(flat)
+        else:
+            self.allreduce_sum_(flat)  # the one collective per minibatch
         if self.group_size > 1:
             flat.div_(self.group_size)
         return decide_and_step(learner, flat)

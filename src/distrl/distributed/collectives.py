@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -20,7 +20,11 @@ from distrl import interrupts
 from distrl.distributed.base import Agreed, Role
 from distrl.distributed.context import DistContext
 from distrl.distributed.liveness import heartbeat, peer_failure
+from distrl.distributed.overlap import BucketedAllReduce
 from distrl.distributed.transport import install_mismatch, install_signature
+
+if TYPE_CHECKING:
+    from distrl.algorithms.ppo import GradientLearner
 
 
 class Collectives:
@@ -49,6 +53,8 @@ class Collectives:
         self.stop_requested = False
         self.interrupt = 0
         self.stats_agreed = True
+        self.buckets: BucketedAllReduce | None = None
+        """--dist.overlap: the gradient all-reduce that runs during backward (``overlap``)."""
 
     @property
     def num_collectors(self) -> int:
@@ -137,6 +143,15 @@ class Collectives:
     def allreduce_sum_(self, tensor: torch.Tensor) -> None:
         if self.active:
             self._timed(dist.all_reduce, tensor, op=dist.ReduceOp.SUM, group=self.group)
+
+    def overlap_backward(self, learner: GradientLearner, bucket_mb: float | None) -> None:
+        """Sum ``learner``'s gradients in buckets during backward (``bucket_mb`` MiB each;
+        None: after it, in one call); a learner set up before is let go."""
+        if self.buckets is not None:
+            self.buckets.close()
+            self.buckets = None
+        if self.active and bucket_mb is not None:
+            self.buckets = BucketedAllReduce(self, learner, bucket_mb)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """[W, *tensor.shape]; the ranks' tensors must have equal shapes."""

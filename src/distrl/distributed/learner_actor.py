@@ -122,6 +122,8 @@ class LARank(Collectives):
         else:
             self.codec = RolloutCodec.for_policy(policy, T, N)
         self.capacity = max(self.codec.numel, 4096)
+        if self.is_learner and self.cfg.dist.overlap:  # among the learners, as allreduce
+            self.overlap_backward(learner, self.cfg.dist.bucket_mb)
         self.start()
 
     def start(self) -> None:

@@ -64,6 +64,31 @@ _REPLAY_ELASTIC = (
 )
 
 
+_OVERLAP = ("overlap", "bucket_mb")
+_NO_OVERLAP = {
+    "elastic": (
+        "it survives a collective that fails mid-iteration by dropping its process group, and "
+        "buckets still in flight on that group could not be abandoned safely"
+    ),
+    "ps": "its workers send their gradients to the server point to point; there is no all-reduce",
+}
+
+
+def _overlap_refusal(d: DistConfig) -> str | None:
+    """Why ``--dist.overlap`` is refused with ``d`` (None: it is not)."""
+    if not d.overlap:
+        return None
+    why = _NO_OVERLAP.get("ps" if d.parameter_server else d.strategy)
+    if why:
+        return f"--dist.overlap does not compose with --dist.strategy {d.strategy}: {why}"
+    if d.profile_sync:
+        return (
+            "--dist.overlap with --dist.profile-sync: a barrier before each bucket would wait "
+            "inside backward and undo the overlap; use one or the other"
+        )
+    return None
+
+
 def _one(dist: DistConfig) -> int:
     return 1
 
@@ -139,7 +164,9 @@ def _la_too_few(d: DistConfig, world: int) -> str:
 
 
 def _allreduce(ctx: DistContext, cfg: TrainConfig) -> Strategy:
-    return AllReduceStrategy(ctx, profile_sync=cfg.dist.profile_sync, timeout=cfg.dist.timeout)
+    d = cfg.dist
+    bucket_mb = d.bucket_mb if d.overlap else None
+    return AllReduceStrategy(ctx, d.profile_sync, d.timeout, bucket_mb)
 
 
 def _learner_actor(ctx: DistContext, cfg: TrainConfig) -> Strategy:
@@ -173,7 +200,9 @@ def _ps(mode: str, options: tuple[str, ...] = (), agreed: bool = True) -> Strate
 
 
 STRATEGIES: dict[str, StrategySpec] = {
-    "allreduce": StrategySpec(_allreduce, options=("profile_sync",), every_rank_learns=True),
+    "allreduce": StrategySpec(
+        _allreduce, options=("profile_sync", *_OVERLAP), every_rank_learns=True
+    ),
     "elastic": StrategySpec(
         _elastic,
         options=("profile_sync",),
@@ -190,7 +219,7 @@ STRATEGIES: dict[str, StrategySpec] = {
     "ps-bap": _ps("bap", ("ps.staleness", "ps.lifetime"), agreed=False),
     "learner-actor": StrategySpec(
         _learner_actor,
-        ("learners", "sync", "max_policy_lag", "correction"),
+        ("learners", "sync", "max_policy_lag", "correction", *_OVERLAP),
         lacks={WHOLE_EPISODES: _EPISODES_LA},
         min_world=lambda d: 2 * d.learners,
         too_few=_la_too_few,
@@ -221,6 +250,9 @@ def check_strategy(cfg: TrainConfig, world_size: int) -> None:
     takes: ``runner.algorithms.check_compatible``.)"""
     name = cfg.dist.strategy
     spec = strategy_spec(name)
+    why_not = _overlap_refusal(cfg.dist)
+    if why_not:
+        raise ValueError(why_not)
     defaults = DistConfig()
     foreign: dict[str, list[str]] = {}  # option -> the strategies that read it
     for other, s in STRATEGIES.items():

@@ -15,6 +15,7 @@ from benchmarks.learn import LearnArgs, learn
 from benchmarks.meta_world import MetaWorldArgs, metaworld
 from benchmarks.neighbour import NeighbourArgs, neighbour
 from benchmarks.offpolicy import OffPolicyArgs, offpolicy
+from benchmarks.overlap import OverlapArgs, overlap
 from benchmarks.pbt import PBTBenchArgs, pbt
 from benchmarks.project import ProjectArgs, project_cmd
 from benchmarks.roofline import RooflineArgs, roofline
@@ -36,6 +37,8 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   scaling      FPS, speedup, efficiency and time breakdown over world sizes (torchrun)
   learn        time-to-target and learning curves per world size
   comm         all-reduce time vs message size, fitted latency/bandwidth; flat vs bucketed sync
+  overlap      the gradient all-reduce overlapped with backward against one call after it,
+               alternating runs: iteration, learn and comm time
   project      t_iter, speedup and efficiency projected to large world sizes
   straggler    allreduce vs parameter server (BSP, ASP, BAP), with and without a slow worker
   broadcast    learner -> actor weight sync: routing table vs naive vs dist.broadcast, GB/s
@@ -63,6 +66,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "scaling": (ScalingArgs, scaling),
     "learn": (LearnArgs, learn),
     "comm": (CommArgs, comm),
+    "overlap": (OverlapArgs, overlap),
     "project": (ProjectArgs, project_cmd),
     "straggler": (StragglerArgs, straggler),
     "broadcast": (BroadcastArgs, broadcast),

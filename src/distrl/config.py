@@ -534,6 +534,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             "--agent.grad-accum splits minibatches into chunks of rows, and a recurrent "
             "policy's minibatches are whole sequences; drop --agent.grad-accum"
         )
+    if a.grad_accum > 1 and cfg.dist.overlap:
+        errors.append(
+            "--agent.grad-accum runs K backward passes per step, and --dist.overlap sends the "
+            "gradient during the one backward; drop one of them"
+        )
     if cfg.threads is not None:
         _positive(errors, "--threads", cfg.threads, "set it to 1 or more, or leave it unset")
     if cfg.max_restarts < 0:

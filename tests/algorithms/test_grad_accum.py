@@ -48,6 +48,7 @@ def test_episodic_rloo_with_accumulated_gradients_ends_where_whole_minibatches_d
     [
         (["cartpole", "--agent.grad-accum", "0"], "--agent.grad-accum must be positive"),
         (["cartpole-novel", "--agent.grad-accum", "2"], "whole sequences"),
+        (["cartpole", "--agent.grad-accum", "2", "--dist.overlap", "True"], "drop one of them"),
     ],
 )
 def test_a_grad_accum_that_cannot_apply_is_refused(argv, says, tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from distrl.distributed.liveness import PeerFailure
@@ -38,10 +39,15 @@ def random_message(g: torch.Generator, peer: int) -> torch.Tensor:
     return torch.cat([head, payload])
 
 
-def test_random_messages_never_break_a_coordinator():
-    g = torch.Generator().manual_seed(0)
+@pytest.mark.parametrize(
+    "seed, turns",
+    [(0, 300), *(pytest.param(s, 3000, marks=pytest.mark.long) for s in (11, 12, 13))],
+)
+def test_random_messages_never_break_a_coordinator(seed, turns):
+    """make test: 300 fresh coordinators of seed 0; make test-long: 3000 of three more seeds."""
+    g = torch.Generator().manual_seed(seed)
     acted = dropped = 0
-    for _ in range(300):  # fresh coordinators: every drop also ends its peer's turn
+    for _ in range(turns):  # fresh coordinators: every drop also ends its peer's turn
         inbox = FedInbox()
         c = Coordinator(
             title="parameter server", noun="worker", peers=[1, 2], header=WorkerHeader,

@@ -290,6 +290,11 @@ class DistConfig:
     bucket_mb: float = 1.0
     """With --dist.overlap: MiB of gradients per bucket (one all-reduce each), filled from the
     last layer backward; a model smaller than one bucket makes one call, as without overlap."""
+    preempt_fraction: float = 1.0
+    """allreduce: DD-PPO's preemption threshold. Once this fraction of the ranks have collected
+    their whole rollout, every other rank ends its rollout early (after at least a quarter of
+    --agent.num-steps), so one slow rank does not hold up the iteration; the shorter rollout
+    bootstraps from the value of the state it stopped at. 1.0: off (DD-PPO used 0.6)."""
     pin_cores: bool = True
     """CPU ranks: pin each local rank to its own share of the cores, so the scheduler never
     stacks two ranks on one core while the other idles (every rank would then wait for it)."""
@@ -588,6 +593,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         errors.append(
             "--offpolicy.actor-epsilon sets each actor's exploration under --dist.strategy "
             "learner-actor (Ape-X); add that, or drop the option"
+        )
+    f = cfg.dist.preempt_fraction
+    if not (math.isfinite(f) and 0.0 < f <= 1.0):
+        errors.append(
+            f"--dist.preempt-fraction must be in (0, 1], got {f}; use e.g. 0.6 (DD-PPO's), or "
+            f"1 to turn preemption off"
         )
     if cfg.dist.max_policy_lag < 0:
         errors.append(f"--dist.max-policy-lag must be 0 or more, got {cfg.dist.max_policy_lag}")

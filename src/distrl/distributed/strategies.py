@@ -201,7 +201,7 @@ def _ps(mode: str, options: tuple[str, ...] = (), agreed: bool = True) -> Strate
 
 STRATEGIES: dict[str, StrategySpec] = {
     "allreduce": StrategySpec(
-        _allreduce, options=("profile_sync", *_OVERLAP), every_rank_learns=True
+        _allreduce, options=("profile_sync", "preempt_fraction", *_OVERLAP), every_rank_learns=True
     ),
     "elastic": StrategySpec(
         _elastic,
@@ -254,6 +254,12 @@ def check_strategy(cfg: TrainConfig, world_size: int) -> None:
     if why_not:
         raise ValueError(why_not)
     defaults = DistConfig()
+    if name == "elastic" and cfg.dist.preempt_fraction != defaults.preempt_fraction:
+        raise ValueError(
+            "--dist.preempt-fraction does not compose with --dist.strategy elastic: a rank lost "
+            "mid-rollout makes the survivors redo the iteration with other members, and the "
+            "store's count of ranks done would still hold the lost attempt's; use allreduce"
+        )
     foreign: dict[str, list[str]] = {}  # option -> the strategies that read it
     for other, s in STRATEGIES.items():
         for opt in s.options:

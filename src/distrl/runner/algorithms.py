@@ -157,6 +157,11 @@ _PPO_OPTIONS = (
         "{flag} does not apply to {task}: its {algorithm} runner scores whole episodes of "
         "memoryless policies; leave it at none (recurrent policies train with PPO: {tasks})",
     ),
+    Option(
+        "dist.preempt_fraction",
+        "{flag} ends the fixed-length PPO rollouts of straggling ranks early (DD-PPO), and "
+        "{task} trains with {algorithm}, which collects no such rollout; drop it",
+    ),
 )
 _GRAD_ACCUM = Option("agent.grad_accum")
 """ppo's and rloo's: the off-policy learners take one minibatch per step (and PQN its own)."""

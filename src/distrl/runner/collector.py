@@ -57,6 +57,10 @@ class Collector:
         # window rows: (return, length, completion key); key -1 marks an empty slot
         self.window = torch.full((WINDOW, 3), -1.0, **z)
         self.last_rollout_time = 0.0
+        self.steps = num_steps
+        """Steps of the last rollout: fewer than num_steps where it was preempted."""
+        self.preempt: Any = None
+        """DD-PPO's preemption (``distributed.preemption.Preemption``): may end a rollout early."""
         # reward scaling (policy.reward_norm): each env's discounted return G, and G per step
         self.disc_return = torch.zeros(N, **z)
         steps = (num_steps, N) if policy.reward_norm else (0,)  # empty: no reward scaling
@@ -70,6 +74,10 @@ class Collector:
         obs, memory, recurrent = self.obs, self.memory, policy.recurrent
         if recurrent:
             buf.memory.copy_(memory)
+        stop = self.preempt
+        if stop is not None:
+            stop.begin(iteration)
+        t = 0
         for t in range(buf.num_steps):
             buf.starts[t] = self.starts
             actions, logp, value = policy.act(obs, memory=memory if recurrent else None)
@@ -112,7 +120,17 @@ class Collector:
             if scale is not None:
                 G.masked_fill_(done, 0.0)
             obs = next_obs
+            if stop is not None and stop.now(t + 1):
+                break
         self.obs = obs
+        self.steps = t + 1
+        if stop is not None and self.steps == buf.num_steps:
+            stop.finished()
+
+    @property
+    def collected(self) -> RolloutBuffer:
+        """The last rollout's steps: the buffer, or its first ``steps`` where it was cut."""
+        return self.buffer.head(self.steps)
 
     def _env_failure(self, iteration: int, t: int, e: Exception) -> str:
         step = iteration * self.buffer.num_steps + t
@@ -162,7 +180,7 @@ class Collector:
 
     # ---- what the rollout contributes to the agreed statistics ------------------------------
     def obs_moments(self) -> torch.Tensor:
-        return obs_moments(self.buffer)
+        return obs_moments(self.collected)
 
     @property
     def scales_rewards(self) -> bool:
@@ -170,13 +188,19 @@ class Collector:
 
     def return_moments(self) -> torch.Tensor:
         """This rollout's discounted-return moments for the reward scale, flat float64 [3]."""
-        return Moments.of(self.disc_returns.reshape(-1, 1)).to_flat()
+        return Moments.of(self.disc_returns[: self.steps].reshape(-1, 1)).to_flat()
 
     def episode_window(self, iteration: int) -> torch.Tensor:
         """Add the episodes that ended in this rollout to the window; returns it, [WINDOW, 3]
         rows of (return, length, completion key), the key ordering completions across ranks."""
+        t = self.steps
         self.window = append_window(
-            self.window, self.done_return, self.done_length, self.episode_end, iteration
+            self.window,
+            self.done_return[:t],
+            self.done_length[:t],
+            self.episode_end[:t],
+            iteration,
+            self.buffer.num_steps,
         )
         return self.window
 
@@ -249,6 +273,12 @@ class RolloutSource(Protocol):
     """[N, slots, H]: a recurrent policy's memory for ``obs`` ([N, 0, 0] without one)."""
     last_rollout_time: float
 
+    @property
+    def collected(self) -> RolloutBuffer:
+        """What the last rollout filled: ``buffer``, or its first steps where it was cut short
+        (DD-PPO's preemption)."""
+        ...
+
     def obs_moments(self) -> torch.Tensor: ...
 
     def return_moments(self) -> torch.Tensor: ...
@@ -282,6 +312,10 @@ class RemoteRollouts:
         self.memory = self.policy.initial_memory(N)
         self.slots = slots
 
+    @property
+    def collected(self) -> RolloutBuffer:
+        return self.buffer
+
     def obs_moments(self) -> torch.Tensor:
         return obs_moments(self.buffer)
 
@@ -298,14 +332,17 @@ def append_window(
     lengths: torch.Tensor,
     ended: torch.Tensor,
     iteration: int,
+    num_steps: int | None = None,
 ) -> torch.Tensor:
-    """``window`` [WINDOW, 3] with the episodes that ended in a rollout added (``ended`` [T, N];
-    ``returns``, ``lengths`` [T, N]: the running figures at each step), keyed by completion
-    step so that windows of several ranks merge in order."""
+    """``window`` [WINDOW, 3] with the episodes that ended in a rollout added (``ended`` [t, N];
+    ``returns``, ``lengths`` [t, N]: the running figures at each step), keyed by completion
+    step (``num_steps`` per iteration; default t) so that windows of several ranks merge in
+    order."""
     if not ended.any():
         return window
-    T = ended.shape[0]
-    key = iteration * T + torch.arange(T, device=ended.device, dtype=torch.float32)
+    t = ended.shape[0]
+    T = t if num_steps is None else num_steps
+    key = iteration * T + torch.arange(t, device=ended.device, dtype=torch.float32)
     key = key.unsqueeze(1).expand_as(ended)
     new = torch.stack([returns[ended], lengths[ended], key[ended]], 1)
     return torch.cat([window, new])[-WINDOW:]

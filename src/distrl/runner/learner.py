@@ -25,6 +25,7 @@ class Learner:
         off_policy: bool = False,
     ):
         self.policy, self.cfg, self.num_envs = policy, cfg, num_envs
+        self.num_steps = cfg.num_steps  # the rollout's (fewer where it was preempted)
         self.off_policy = off_policy
         """V-trace instead of GAE: the rollouts may come from older weights (async actors)."""
         self.ppo = PPO(policy, cfg)
@@ -38,7 +39,7 @@ class Learner:
         """One epoch's minibatch indices into the flat [T*N] rollout."""
         a = self.cfg
         sample = sequence_minibatches if self.policy.recurrent else minibatch_indices
-        return sample(a.num_steps, self.num_envs, a.num_minibatches, self.shuffle_gen)
+        return sample(self.num_steps, self.num_envs, a.num_minibatches, self.shuffle_gen)
 
     @torch.no_grad()
     def advantages(

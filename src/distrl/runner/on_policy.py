@@ -21,6 +21,7 @@ import torch
 from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig
 from distrl.distributed.base import Agreed, StatsLayout, Strategy
+from distrl.distributed.preemption import Preemption, granularity
 from distrl.distributed.strategies import STRATEGIES
 from distrl.envs.core import VecEnv
 from distrl.policy import ActorCritic, Moments
@@ -67,6 +68,7 @@ class OnPolicyRunner(Runner):
             self.collector = Collector(
                 env, self.policy, cfg.agent.num_steps, strategy.rank, self.seed, cfg.agent.gamma
             )
+            self.collector.preempt = preemption(cfg, strategy, env.num_envs)
         elif role.learner:
             self.remote = RemoteRollouts(env, self.policy, cfg.agent.num_steps, slots, env.device)
         self._env_steps = 0  # every collector's, from the agreed statistics (absorb)
@@ -134,8 +136,9 @@ class OnPolicyRunner(Runner):
         for h in self.hooks:
             h.before_update(self)
         c = self.rollouts
-        buf = c.buffer
+        buf = c.collected  # (its first steps, where DD-PPO's preemption cut the rollout short)
         self.learner.num_envs = buf.num_envs  # a learner's live actors' rollouts side by side
+        self.learner.num_steps = buf.num_steps
         self.learner.advantages(buf, c.obs, c.memory)
         popart = self.policy.popart
         if popart is not None:  # each task's advantages in its own units (previous statistics)
@@ -156,6 +159,9 @@ class OnPolicyRunner(Runner):
         if popart is not None:  # before the update: it trains on targets normalized by these
             popart.update(agreed.sums["popart"], self.policy.value_head())
         metrics = self.learner.update(buf, agreed.sums["batch"], self.strategy)
+        if self.collector is not None and self.collector.preempt is not None:
+            lost = self.steps_per_iteration - int(agreed.sums["env_steps"].sum())
+            metrics["dist/preempted_steps"] = lost  # env steps, every rank's together
         self.absorb(agreed)
         metrics |= self.summary()
         for h in self.hooks:
@@ -242,3 +248,14 @@ class OnPolicyRunner(Runner):
 
     def close(self) -> None:
         self.env.close()
+
+
+def preemption(cfg: TrainConfig, strategy: Strategy, num_envs: int) -> Preemption | None:
+    """DD-PPO's preemption of a collecting rank (``--dist.preempt-fraction``), or None: off, or
+    one process (``check_compatible`` refuses it under other strategies and algorithms)."""
+    fraction = cfg.dist.preempt_fraction
+    if fraction >= 1.0 or not strategy.active:
+        return None
+    a = cfg.agent
+    step = granularity(num_envs, a.num_minibatches)
+    return Preemption(fraction, strategy.world_size, strategy.rank, a.num_steps, step)

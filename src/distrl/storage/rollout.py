@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,23 @@ class RolloutBuffer:
             self.returns.view(B),
             self.starts.view(B),
         )
+
+    def head(self, steps: int) -> RolloutBuffer:
+        """The first ``steps`` steps as a buffer of views (no copy): a rollout cut short (DD-PPO's
+        preemption); the buffer itself when ``steps`` is all of them."""
+        if steps == self.num_steps:
+            return self
+        out = copy.copy(self)
+        for name in _TIME_MAJOR:
+            setattr(out, name, getattr(self, name)[:steps])
+        out.num_steps = steps
+        return out
+
+
+_TIME_MAJOR = (
+    *("obs", "starts", "actions", "logprobs", "values", "rewards", "terminated", "truncated"),
+    *("final_values", "advantages", "returns"),
+)
 
 
 def _block_size(num_envs: int, blocks: int) -> int:

@@ -32,7 +32,8 @@ class StragglerArgs:
     modes: str = "allreduce,ps-bsp,ps-asp,ps-bap:1,ps-bap:2,ps-bap:4"
     """Modes, comma-separated; ps-bap:S sets --dist.ps.staleness S; la is learner-actor
     (on-policy, one learner + the workers as actors), la-async:K its async mode with
-    --dist.max-policy-lag K (V-trace), la-async-gae:K the same without the correction."""
+    --dist.max-policy-lag K (V-trace), la-async-gae:K the same without the correction;
+    allreduce:F with DD-PPO's preemption threshold --dist.preempt-fraction F."""
     straggler: bool = True
     """Also run every mode with one slowed worker (False: even workers only)."""
     slowdown: float = 2.0
@@ -64,11 +65,12 @@ def mode_args(mode: str, a: StragglerArgs) -> tuple[str, list[str], int, int]:
             flags += ["--dist.correction", "none" if name == "la-async-gae" else "vtrace"]
         return mode, flags, a.workers + 1, a.workers
     if name == "allreduce":
-        return name, ["--dist.strategy", "allreduce"], a.workers, a.workers - 1
+        preempt = ["--dist.preempt-fraction", s] if s else []
+        return mode, ["--dist.strategy", "allreduce", *preempt], a.workers, a.workers - 1
     if name not in ("ps-bsp", "ps-asp", "ps-bap"):
         raise ValueError(
-            f"unknown mode {mode!r}: allreduce, ps-bsp, ps-asp, ps-bap:S, la, la-async:K or "
-            f"la-async-gae:K"
+            f"unknown mode {mode!r}: allreduce, allreduce:F, ps-bsp, ps-asp, ps-bap:S, la, "
+            f"la-async:K or la-async-gae:K"
         )
     flags = ["--dist.strategy", name]
     if name == "ps-bap":
@@ -89,10 +91,10 @@ def straggler(a: StragglerArgs) -> list[dict]:
         raise ValueError(f"no default target return for {a.task!r}; pass --target-return")
     out = common.out_dir(a.out, "straggler")
     per_run = []
-    for mode in a.modes.split(","):
-        label, flags, world, slow_rank = mode_args(mode.strip(), a)
-        for slow in (False, True) if a.straggler else (False,):
-            for seed in range(a.seeds):
+    modes = [mode_args(mode.strip(), a) for mode in a.modes.split(",")]
+    for seed in range(a.seeds):  # the modes alternate: a slow spell of the machine hits each
+        for label, flags, world, slow_rank in modes:
+            for slow in (False, True) if a.straggler else (False,):
                 extra = [*flags, *quiet_train_args(a.threads), *common.split_extra(a.extra)]
                 task, env = a.task, None
                 if slow:
@@ -123,11 +125,13 @@ def straggler(a: StragglerArgs) -> list[dict]:
             ("straggler", "straggler"),
             ("env-steps/s", "sps"),
             ("vs BSP", "sps_vs_bsp"),
+            ("iteration s", "iteration_s"),
             ("t_target s", "time_to_target_s"),
             ("reached", "reached"),
             ("final return", "final_return"),
             ("staleness max", "staleness_max"),
             ("dropped", "dropped"),
+            ("preempted steps", "preempted"),
         ],
     )
     common.console.print(f"results: {out}")
@@ -155,6 +159,8 @@ def run_row(label: str, slow: bool, seed: int, recs: list[dict], target: float) 
         ],
         "dropped": sum(r.get("dist/dropped") or r.get("dist/dropped_samples") or 0 for r in recs),
         "iterations": last["iteration"],
+        "iteration_s": statistics.median(r["time/iteration"] for r in recs),
+        "preempted": sum(r.get("dist/preempted_steps") or 0 for r in recs),
     }
 
 
@@ -182,6 +188,8 @@ def summarize(per_run: list[dict]) -> list[dict]:
                 "staleness_max": max(r["staleness_max"] for r in rows),
                 "staleness_hist": dict(sorted(hist.items())),
                 "dropped": sum(r["dropped"] for r in rows),
+                "iteration_s": common.median([r["iteration_s"] for r in rows]),
+                "preempted": sum(r["preempted"] for r in rows),
             }
         )
     bsp = {s["straggler"]: s["sps"] for s in summary if s["mode"] == "ps-bsp"}

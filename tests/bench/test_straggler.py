@@ -13,6 +13,9 @@ def test_modes_have_the_same_workers_and_a_worker_straggles():
     label, flags, world, slow = mode_args("ps-bap:4", a)
     assert (label, world, slow) == ("ps-bap:4", 3, 2)  # rank 0 serves
     assert flags[:2] == ["--dist.strategy", "ps-bap"] and flags[3] == "4"
+    label, flags, world, slow = mode_args("allreduce:0.5", a)  # DD-PPO's preemption
+    assert (label, world, slow) == ("allreduce:0.5", 2, 1)
+    assert flags == ["--dist.strategy", "allreduce", "--dist.preempt-fraction", "0.5"]
     with pytest.raises(ValueError, match="unknown mode"):
         mode_args("ps-xyz", a)
 
@@ -27,6 +30,8 @@ def _row(mode, slow, sps, t, ret, smax=0, means=(0.0,), dropped=0):
         staleness_max=smax,
         staleness_means=list(means),
         dropped=dropped,
+        iteration_s=0.25,
+        preempted=0,
     )
 
 

@@ -48,7 +48,8 @@ def _run(python: str, lib: str, seed: int, steps: int, cwd: Path) -> dict:
 def sb3_api(a: SB3ApiArgs) -> list[dict]:
     if a.peer_python and not Path(a.peer_python).exists():
         raise ValueError(f"--peer-python {a.peer_python}: not found (a venv with SB3)")
-    sides = [(sys.executable, "distrl")] + ([(a.peer_python, "sb3")] if a.peer_python else [])
+    peer = str(Path(a.peer_python).absolute())  # the runs start in --out
+    sides = [(sys.executable, "distrl")] + ([(peer, "sb3")] if a.peer_python else [])
     m = common.header("distrl bench sb3-api")
     out = common.out_dir(a.out, "sb3_api")
     rows = []

@@ -366,6 +366,10 @@ class MultiTaskConfig:
     whose K outcomes were all equal with groups of the task's next init states (RIPT's
     dynamic-sampling refill), so the update trains on a full batch where it can; 0: train on
     the groups kept. Each round's env steps count."""
+    smart_init_states: int = 0
+    """RIPT's init-state tracking: an init state whose group's K outcomes were all equal (all
+    succeeded or all failed) sits out its next this-many turns (the task's cursor passes over
+    it), so the batches go to the states that still teach something; 0: every state in turn."""
     demos: str | None = None
     """A `distrl demos` file of this suite: every RLOO minibatch adds bc_coef times the
     behaviour-cloning loss of a minibatch of its steps (DAPG), which holds the tasks that RLOO
@@ -754,6 +758,10 @@ def _validate_multitask(errors: list[str], m: MultiTaskConfig) -> None:
             f"training success, e.g. 0.9"
         )
     _positive(errors, "--multitask.solved-revisit", m.solved_revisit, "use e.g. 10")
+    if m.smart_init_states < 0:
+        errors.append(
+            f"--multitask.smart-init-states must be 0 (off) or more, got {m.smart_init_states}"
+        )
     if m.refill_rounds < 0:
         errors.append(f"--multitask.refill-rounds must be 0 or more, got {m.refill_rounds}")
     elif m.refill_rounds and not m.drop_uniform:

@@ -194,3 +194,26 @@ def test_schedule_refuses_a_different_shard() -> None:
     cursor = InitStateCursor(10)
     with pytest.raises(ValueError, match="init states"):
         cursor.load_state_dict(InitStateCursor(9).state_dict())
+
+
+def test_resting_init_states_sit_out_their_turns_then_come_back() -> None:
+    c = InitStateCursor(6)
+    c.smart = True
+    assert c.take(2) == [0, 1]
+    c.rest([2, 3], 1)  # 2 and 3 came out all equal: they sit out their next turn
+    assert c.take(2) == [4, 5]  # the walk passes over them
+    assert c.take(2) == [0, 1]
+    assert c.take(2) == [2, 3]  # their turn sat out, they are back
+    c.rest([4, 5, 0, 1, 2], 2)  # one state free (3), two needed: the plain walk fills in
+    assert c.take(2) == [3, 4]
+    state = json.loads(json.dumps(c.state_dict()))
+    again = InitStateCursor(6)
+    again.smart = True
+    again.load_state_dict(state)
+    assert [again.take(1) for _ in range(4)] == [c.take(1) for _ in range(4)]
+
+
+def test_a_plain_cursor_keeps_its_old_state() -> None:
+    c = InitStateCursor(4)
+    c.take(3)
+    assert c.state_dict() == {"num_states": 4, "position": 3}

@@ -260,7 +260,10 @@ def test_ape_x_sac_swings_pendulum_up(tmp_path):
     ("argv", "message"),
     [
         (["pendulum", "--algorithm", "sac", *STRATEGIES["ps-asp"]], "target networks"),
-        (["cartpole", "--algorithm", "pqn", *STRATEGIES["learner-actor"]], "Q(lambda)"),
+        (
+            ["cartpole", "--algorithm", "pqn", *STRATEGIES["learner-actor-async"]],
+            "drop --dist.sync async",
+        ),
         (["cartpole", "--algorithm", "sac", "--nproc", "2"], "continuous actions"),
     ],
 )

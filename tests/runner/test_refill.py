@@ -1,6 +1,7 @@
 """``--multitask.refill-rounds``: the groups whose K outcomes were all equal make way for groups
 of the task's next init states (RIPT's refill), so the update trains on more kept groups; the
-replaced episodes still count in the task's success; a resumed run repeats the refills."""
+replaced episodes still count in the task's success; a resumed run repeats the refills. And
+``--multitask.smart-init-states``: the states whose group came out all equal sit out a while."""
 
 from __future__ import annotations
 
@@ -66,3 +67,24 @@ def test_refills_without_dynamic_sampling_are_refused(tmp_path):
     argv = ["reach10", "--multitask.refill-rounds", "2", "--multitask.drop-uniform", "False"]
     with pytest.raises(ValueError, match="refill-rounds replaces the groups"):
         parse_train_args([*argv, "--run-dir", str(tmp_path), *QUIET])
+
+
+def test_smart_init_states_rest_the_uniform_ones_and_resume_bit_for_bit(tmp_path):
+    """--multitask.smart-init-states: the init states whose group came out all equal sit out
+    their task's next visits; the cursors' rest is in the rank state, so a resume repeats it."""
+    # one task, 16 of its 50 init states a visit: the 4th visit wraps round to rested ones
+    one = {"tasks": ("reach-east",), "group_size": 4, "data_batch_size": 64}
+    mt = {**one, "smart_init_states": 3}
+    api_train("reach10", tmp_path / "full", num_envs=16, agent=AGENT, multitask=mt, seed=1)
+    api_train("reach10", tmp_path / "part", num_envs=16, agent={**AGENT, "stop_at": 2},
+              multitask=mt, seed=1)  # fmt: skip
+    api_train("reach10", tmp_path / "part", num_envs=16, agent=AGENT, multitask=mt, seed=1,
+              resume="auto")  # fmt: skip
+    full = final_state(tmp_path / "full", 4)
+    assert_same(full, final_state(tmp_path / "part", 4))
+    api_train("reach10", tmp_path / "plain", num_envs=16, agent=AGENT, multitask=one, seed=1)
+    plain = final_state(tmp_path / "plain", 4)
+    smart = full["ranks"][0]["schedule"]["init_states"]
+    walked = {t: c["position"] for t, c in plain["ranks"][0]["schedule"]["init_states"].items()}
+    assert all("resting" in c for c in smart.values())
+    assert {t: c["position"] for t, c in smart.items()} != walked  # the walk passed some by

@@ -183,24 +183,50 @@ class TaskCursor:
 
 class InitStateCursor:
     """Circular indices into one task's init-state list: each ``take(n)`` continues where the
-    previous one stopped, wrapping around (10 states, n = 4: [0..3], [4..7], [8, 9, 0, 1])."""
+    previous one stopped, wrapping around (10 states, n = 4: [0..3], [4..7], [8, 9, 0, 1]).
+
+    ``rest(states, turns)`` (RIPT's init-state tracking, ``--multitask.smart-init-states``):
+    those states sit out their next ``turns`` turns, the walk passing over them; a take that
+    finds fewer free states than it needs in a whole round fills up in plain order."""
 
     def __init__(self, num_states: int, position: int = 0) -> None:
         if num_states < 1:
             raise ValueError(f"a task needs at least one init state, got {num_states}")
         self.num_states = num_states
         self.position = position % num_states
+        self.smart = False  # states may rest (``rest``); off: the plain walk, its state as ever
+        self.resting: dict[int, int] = {}  # state -> the turns it still sits out
 
     def take(self, n: int) -> list[int]:
         """The next ``n`` init-state indices (n may exceed num_states: the list wraps)."""
         if n < 0:
             raise ValueError(f"cannot take {n} init states")
-        out = [(self.position + i) % self.num_states for i in range(n)]
-        self.position = (self.position + n) % self.num_states
+        out: list[int] = []
+        pos = self.position
+        for _ in range(self.num_states if self.resting else 0):  # one round at most
+            if len(out) == n:
+                break
+            state, pos = pos % self.num_states, pos + 1
+            if self.resting.get(state, 0) > 0:  # its turn: sat out
+                self.resting[state] -= 1
+                continue
+            out.append(state)
+        fill = n - len(out)  # the plain walk: all of a plain take, the rest of a short round
+        out += [(pos + i) % self.num_states for i in range(fill)]
+        self.position = (pos + fill) % self.num_states
         return out
 
+    def rest(self, states: Sequence[int], turns: int) -> None:
+        """``states`` sit out their next ``turns`` turns."""
+        for s in states:
+            self.resting[int(s) % self.num_states] = turns
+        self.resting = {s: t for s, t in self.resting.items() if t > 0}
+
     def state_dict(self) -> dict[str, Any]:
-        return {"num_states": self.num_states, "position": self.position}
+        state: dict[str, Any] = {"num_states": self.num_states, "position": self.position}
+        if self.smart:  # (a plain cursor's state stays what it always was)
+            state["resting"] = {str(s): t for s, t in self.resting.items()}
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if int(state["num_states"]) != self.num_states:
@@ -209,6 +235,7 @@ class InitStateCursor:
                 f"{self.num_states}"
             )
         self.position = int(state["position"])
+        self.resting = {int(s): int(t) for s, t in state.get("resting", {}).items()}
 
 
 class TaskSchedule:
@@ -220,10 +247,15 @@ class TaskSchedule:
     """
 
     def __init__(
-        self, shard: Sequence[int], num_init_states: Mapping[int, int] | Sequence[int]
+        self,
+        shard: Sequence[int],
+        num_init_states: Mapping[int, int] | Sequence[int],
+        smart: bool = False,
     ) -> None:
         self.tasks = TaskCursor(shard)
         self.init_states = {t: InitStateCursor(num_init_states[t]) for t in self.tasks.shard}
+        for cursor in self.init_states.values():
+            cursor.smart = smart
 
     def next(
         self, num_states: int, solved: Callable[[int], bool] | None = None, revisit: int = 1

@@ -79,7 +79,8 @@ class EpisodicRunner(Runner):
         }
         env = self.envs[shard[0]] if shard else suite.make_task_env(self.task_names[0], 1, dev, 1)
         states = {t: e.num_init_states for t, e in self.envs.items()}
-        self.schedule = TaskSchedule(shard, states) if shard else None  # None: the server
+        smart = self.mt.smart_init_states > 0
+        self.schedule = TaskSchedule(shard, states, smart) if shard else None  # None: a server
         self.policy = ActorCritic.for_env(env, cfg.policy)
         if self.policy.categorical and self.mt.noise_beta > 0:
             raise ValueError(
@@ -146,8 +147,19 @@ class EpisodicRunner(Runner):
         self.replaced = torch.zeros(4, dtype=torch.float64)  # groups, episodes, wins, return
         if mt.drop_uniform and mt.refill_rounds:
             self._refill(task, act, env_seed)
+        if mt.smart_init_states:  # the states whose group came out all equal sit out a while
+            K = mt.group_size
+            groups = uniform_groups(self.batch.success.to(torch.float32), K).nonzero()
+            self._rest(task, self.batch.init_indices[groups.squeeze(1) * K])
         if self.cfg.env.check_finite:
             self.check_finite(task, self.batch)
+
+    def _rest(self, task: int, states: torch.Tensor) -> None:
+        """--multitask.smart-init-states: ``states`` sit out ``task``'s next visits."""
+        if self.mt.smart_init_states and states.numel():
+            assert self.schedule is not None
+            cursor = self.schedule.init_states[task]
+            cursor.rest(states.tolist(), self.mt.smart_init_states)
 
     def _noise(self, env: EpisodicVecEnv, groups: int, seed: int) -> torch.Tensor | None:
         """Each episode's exploration draws (--multitask.noise-beta), a function of ``seed``."""
@@ -173,6 +185,7 @@ class EpisodicRunner(Runner):
                 [len(groups), len(rows), float(batch.success[rows].sum()),
                  float(batch.returns[rows].sum())], dtype=torch.float64,
             )  # fmt: skip
+            self._rest(task, batch.init_indices[groups * K])
             init = self.schedule.init_states[task].take(len(groups))
             seed = (env_seed * 1_000_003 + r) % 2**62  # each round's own, from (seed, iteration)
             new = collect_episodes(env, act, init, K, seed, self._noise(env, len(init), seed))

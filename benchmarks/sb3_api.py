@@ -26,6 +26,8 @@ SCRIPT = ROOT / "peers" / "same_script_ppo.py"
 
 @dataclass(frozen=True)
 class SB3ApiArgs:
+    algo: str = "ppo"
+    """ppo or dqn: the class the script builds (SB3's defaults either way)."""
     steps: int = 100_000
     """Env steps of each run (SB3's quickstart trains CartPole for 10k; 100k reaches 500)."""
     seeds: int = 3
@@ -37,8 +39,9 @@ class SB3ApiArgs:
     """Results directory (default bench_out/sb3_api)."""
 
 
-def _run(python: str, lib: str, seed: int, steps: int, cwd: Path) -> dict:
-    cmd = [python, str(SCRIPT), lib, "--seed", str(seed), "--steps", str(steps)]
+def _run(python: str, lib: str, seed: int, a: SB3ApiArgs, cwd: Path) -> dict:
+    cmd = [python, str(SCRIPT), lib, "--seed", str(seed), "--steps", str(a.steps)]
+    cmd += ["--algo", a.algo]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)  # runs/ under --out
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -46,23 +49,25 @@ def _run(python: str, lib: str, seed: int, steps: int, cwd: Path) -> dict:
 
 
 def sb3_api(a: SB3ApiArgs) -> list[dict]:
+    if a.algo not in ("ppo", "dqn"):
+        raise ValueError(f"--algo {a.algo}: ppo or dqn")
     if a.peer_python and not Path(a.peer_python).exists():
         raise ValueError(f"--peer-python {a.peer_python}: not found (a venv with SB3)")
     peer = str(Path(a.peer_python).absolute())  # the runs start in --out
     sides = [(sys.executable, "distrl")] + ([(peer, "sb3")] if a.peer_python else [])
     m = common.header("distrl bench sb3-api")
-    out = common.out_dir(a.out, "sb3_api")
+    out = common.out_dir(a.out, f"sb3_api_{a.algo}")
     rows = []
     for seed in range(a.seeds):
         for python, lib in sides:
-            rows.append(_run(python, lib, seed, a.steps, out))
+            rows.append(_run(python, lib, seed, a, out))
             common.console.print(f"{lib} seed {seed}: {rows[-1]}")
     common.write_csv(out / "per_run.csv", rows)
     summary = []
     for _, lib in sides:
         mine = [r for r in rows if r["lib"] == lib]
         summary.append({
-            "lib": lib, "steps": a.steps, "runs": len(mine),
+            "lib": lib, "algo": a.algo, "steps": a.steps, "runs": len(mine),
             "median_wall_s": statistics.median(r["wall_s"] for r in mine),
             "median_sps": statistics.median(r["sps"] for r in mine),
             "median_eval_return": statistics.median(r["eval_return_mean"] for r in mine),
@@ -75,5 +80,6 @@ def sb3_api(a: SB3ApiArgs) -> list[dict]:
         summary[0]["wall_ratio_to_sb3"] = summary[1]["wall_ratio_to_sb3"] = round(ratio, 3)
     common.write_csv(out / "summary.csv", summary)
     cols = ["lib", "runs", "median_wall_s", "median_sps", "median_eval_return", "eval_returns"]
-    common.print_table(f"the same SB3 script, CartPole-v1, {a.steps:,} env steps", summary, cols)
+    title = f"the same SB3 script, {a.algo.upper()} on CartPole-v1, {a.steps:,} env steps"
+    common.print_table(title, summary, cols)
     return summary

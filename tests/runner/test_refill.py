@@ -53,14 +53,21 @@ def test_refills_keep_more_groups_and_count_every_episode(tmp_path):
     assert refill[-1]["env_steps"] > plain[-1]["env_steps"]
 
 
-def test_a_resumed_run_with_refills_ends_bit_for_bit(tmp_path):
-    mt = {**MULTITASK, "refill_rounds": 2}
-    api_train("reach10", tmp_path / "full", num_envs=8, agent=AGENT, multitask=mt, seed=1)
-    api_train("reach10", tmp_path / "part", num_envs=8, agent={**AGENT, "stop_at": 2},
+def resumed_equals_whole(tmp_path, num_envs: int, mt: dict) -> dict:
+    """Train 4 iterations whole, and 2 then resumed to 4; assert the two end bit for bit and
+    return the whole run's final state."""
+    api_train("reach10", tmp_path / "full", num_envs=num_envs, agent=AGENT, multitask=mt, seed=1)
+    api_train("reach10", tmp_path / "part", num_envs=num_envs, agent={**AGENT, "stop_at": 2},
               multitask=mt, seed=1)  # fmt: skip
-    api_train("reach10", tmp_path / "part", num_envs=8, agent=AGENT, multitask=mt, seed=1,
+    api_train("reach10", tmp_path / "part", num_envs=num_envs, agent=AGENT, multitask=mt, seed=1,
               resume="auto")  # fmt: skip
-    assert_same(final_state(tmp_path / "full", 4), final_state(tmp_path / "part", 4))
+    full = final_state(tmp_path / "full", 4)
+    assert_same(full, final_state(tmp_path / "part", 4))
+    return full
+
+
+def test_a_resumed_run_with_refills_ends_bit_for_bit(tmp_path):
+    resumed_equals_whole(tmp_path, 8, {**MULTITASK, "refill_rounds": 2})
 
 
 def test_refills_without_dynamic_sampling_are_refused(tmp_path):
@@ -74,14 +81,7 @@ def test_smart_init_states_rest_the_uniform_ones_and_resume_bit_for_bit(tmp_path
     their task's next visits; the cursors' rest is in the rank state, so a resume repeats it."""
     # one task, 16 of its 50 init states a visit: the 4th visit wraps round to rested ones
     one = {"tasks": ("reach-east",), "group_size": 4, "data_batch_size": 64}
-    mt = {**one, "smart_init_states": 3}
-    api_train("reach10", tmp_path / "full", num_envs=16, agent=AGENT, multitask=mt, seed=1)
-    api_train("reach10", tmp_path / "part", num_envs=16, agent={**AGENT, "stop_at": 2},
-              multitask=mt, seed=1)  # fmt: skip
-    api_train("reach10", tmp_path / "part", num_envs=16, agent=AGENT, multitask=mt, seed=1,
-              resume="auto")  # fmt: skip
-    full = final_state(tmp_path / "full", 4)
-    assert_same(full, final_state(tmp_path / "part", 4))
+    full = resumed_equals_whole(tmp_path, 16, {**one, "smart_init_states": 3})
     api_train("reach10", tmp_path / "plain", num_envs=16, agent=AGENT, multitask=one, seed=1)
     plain = final_state(tmp_path / "plain", 4)
     smart = full["ranks"][0]["schedule"]["init_states"]

@@ -51,7 +51,7 @@ from distrl.policy.distributions import powerlaw_noise
 from distrl.runner.base import Runner
 from distrl.runner.collector import NonFiniteEnvError
 from distrl.runner.hooks import Hooks
-from distrl.storage.episodes import EpisodeBatch, collect_episodes, replace_groups
+from distrl.storage.episodes import EpisodeBatch, collect_episodes, group_rows, replace_groups
 from distrl.telemetry import Telemetry
 
 
@@ -148,11 +148,15 @@ class EpisodicRunner(Runner):
         if mt.drop_uniform and mt.refill_rounds:
             self._refill(task, act, env_seed)
         if mt.smart_init_states:  # the states whose group came out all equal sit out a while
-            K = mt.group_size
-            groups = uniform_groups(self.batch.success.to(torch.float32), K).nonzero()
-            self._rest(task, self.batch.init_indices[groups.squeeze(1) * K])
+            self._rest(task, self.batch.init_indices[self._uniform() * mt.group_size])
         if self.cfg.env.check_finite:
             self.check_finite(task, self.batch)
+
+    def _uniform(self) -> torch.Tensor:
+        """The groups of this iteration's batch whose K successes are all equal (indices)."""
+        assert self.batch is not None
+        success = self.batch.success.to(torch.float32)
+        return uniform_groups(success, self.mt.group_size).nonzero().squeeze(1)
 
     def _rest(self, task: int, states: torch.Tensor) -> None:
         """--multitask.smart-init-states: ``states`` sit out ``task``'s next visits."""
@@ -177,10 +181,10 @@ class EpisodicRunner(Runner):
         assert self.batch is not None and self.schedule is not None
         batch, K, env = self.batch, self.mt.group_size, self.envs[task]
         for r in range(1, self.mt.refill_rounds + 1):
-            groups = uniform_groups(batch.success.to(torch.float32), K).nonzero().squeeze(1)
+            groups = self._uniform()
             if groups.numel() == 0:
                 return
-            rows = (groups.unsqueeze(1) * K + torch.arange(K, device=groups.device)).reshape(-1)
+            rows = group_rows(groups, K)
             self.replaced += torch.tensor(
                 [len(groups), len(rows), float(batch.success[rows].sum()),
                  float(batch.returns[rows].sum())], dtype=torch.float64,

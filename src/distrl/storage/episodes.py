@@ -79,13 +79,19 @@ class EpisodeBatch:
         return step_mask(self.lengths, self.max_steps)
 
 
+def group_rows(groups: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The episode rows [len(groups) * K] of groups ``groups`` (group g: rows g*K .. g*K+K-1)."""
+    offsets = torch.arange(group_size, device=groups.device)
+    return (groups.unsqueeze(1) * group_size + offsets).reshape(-1)
+
+
 def replace_groups(batch: EpisodeBatch, groups: torch.Tensor, new: EpisodeBatch) -> None:
     """Put ``new``'s groups in place of ``batch``'s groups ``groups`` (one new group for each,
     in order), in place; ``batch.env_steps`` adds ``new``'s."""
     K = batch.group_size
     if new.group_size != K or new.num_episodes != len(groups) * K:
         raise ValueError(f"{new.num_episodes} episodes do not refill {len(groups)} groups of {K}")
-    rows = (groups.unsqueeze(1) * K + torch.arange(K, device=groups.device)).reshape(-1)
+    rows = group_rows(groups, K)
     for name in ("obs", "actions", "logprobs", "rewards", "lengths", "success", "init_indices"):
         getattr(batch, name)[rows] = getattr(new, name).to(getattr(batch, name).dtype)
     batch.env_steps += new.env_steps

@@ -24,6 +24,7 @@ from benchmarks.scaling import ScalingArgs, scaling
 from benchmarks.selfplay import SelfPlayArgs, selfplay
 from benchmarks.sinks import SinksArgs, sinks
 from benchmarks.solve import SolveArgs, solve
+from benchmarks.startup import StartupArgs, startup
 from benchmarks.straggler import StragglerArgs, straggler
 from benchmarks.throughput import ThroughputArgs, throughput
 from distrl.args import parse_flags
@@ -32,6 +33,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
 
   throughput   env-steps/s: rollout only, and whole iterations (rsl_rl's CartPole setup)
   solve        training wall time to a target return, median over seeds
+  startup      where the time from the command to the first iteration goes, by phase
   metaworld    Meta-World env-steps/s per process: distrl's MetaWorldMT10 vs SyncVectorEnv
   finetune     demos -> behaviour cloning -> RLOO fine-tuning on a suite, held-out success
   scaling      FPS, speedup, efficiency and time breakdown over world sizes (torchrun)
@@ -61,6 +63,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
 COMMANDS: dict[str, tuple[type, Callable]] = {
     "throughput": (ThroughputArgs, throughput),
     "solve": (SolveArgs, solve),
+    "startup": (StartupArgs, startup),
     "finetune": (FinetuneArgs, finetune),
     "metaworld": (MetaWorldArgs, metaworld),
     "scaling": (ScalingArgs, scaling),

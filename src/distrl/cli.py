@@ -19,7 +19,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from distrl import interrupts, openmp
+from distrl import interrupts, openmp, startup
+
+startup.mark("python")
 
 # A rank of `train` notes a signal from here on, before its imports take seconds: it stops at
 # the first iteration boundary with its checkpoint instead of dying (torchrun would restart it).
@@ -86,6 +88,10 @@ def train_main(argv: list[str] | None = None) -> int:
 
         if not elastic.stand_by():
             return 0  # the run finished first
+    startup.mark("cli")
+    import torch  # noqa: F401 (what the trainer's modules import first: timed on its own)
+
+    startup.mark("torch")
     from distrl import session
     from distrl.distributed import launch, strategies
 
@@ -97,6 +103,7 @@ def train_main(argv: list[str] | None = None) -> int:
         session.check_before_start(cfg)
     except ValueError as e:
         return _fail(str(e))
+    startup.mark("config")
     if (cfg.nproc > 1 or cfg.nnodes > 1) and not launch.under_torchrun():
         run_dir = cfg.run_dir or str(default_run_dir(cfg.task))
         # Launcher flags do not reach the ranks: torchrun's own parser would take `--nproc` as an

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distrl import checkpoint as ckpt
-from distrl import interrupts
+from distrl import interrupts, startup
 from distrl.args import IMPORTED, default_run_dir
 from distrl.config import TrainConfig, to_dict
 from distrl.rundir import (
@@ -193,6 +193,7 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
     try:
         algorithm = check_compatible(cfg, ctx.world_size if ctx.distributed else 1)
         strategy = make_strategy(cfg, ctx)
+        startup.mark("ranks")
         cfg = cfg.with_budget(strategy.num_collectors)  # --agent.total-timesteps, if set
         chosen = cfg.run_dir or (str(default_run_dir(cfg.task)) if strategy.is_main else None)
         run_dir = Path(strategy.broadcast_object(chosen))
@@ -214,9 +215,12 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
                 raise ckpt.CheckpointError(None, value)
             resume_path = Path(value) if value else None
         env = None if algorithm.on_suite else make_env(cfg, ctx.device)
+        startup.mark("env")
         # config.yaml repeats the run (`train --config`): with the local process count the
-        # launcher started, which the ranks' own --nproc (always 1) does not say
+        # launcher started, which the ranks' own --nproc (always 1) does not say, and the
+        # learning rate as given (a repeat scales it again for its own world)
         written = dataclasses.replace(cfg, nproc=max(cfg.nproc, ctx.local_world_size))
+        cfg = cfg.with_lr_scaling(strategy.num_collectors)
 
         def sinks(enabled: bool, start: int = 0) -> Telemetry:
             return Telemetry.create(
@@ -233,6 +237,7 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
             )
 
         with sinks(strategy.is_main) as tel:
+            startup.mark("telemetry")
             runner: Runner = algorithm.build(
                 cfg, strategy, task, env, ctx.device, tel, run_dir, all_hooks
             )
@@ -259,6 +264,12 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
             tree = getattr(strategy, "tree", None)  # a parameter server's sink nodes
             if tree is not None and tree.sinks:
                 tel.message(f"{strategy.name}: {tree.describe()}")
+            if cfg.dist.lr_scaling != "none" and strategy.num_collectors > 1:
+                tel.message(
+                    f"lr: {written.agent.learning_rate:g} x {cfg.dist.lr_scaling}("
+                    f"{strategy.num_collectors} collecting ranks) = {cfg.agent.learning_rate:g} "
+                    "(--dist.lr-scaling)"
+                )
             if cfg.agent.lr_schedule == "adaptive":  # not Stable-Baselines3's constant: say so
                 a = cfg.agent
                 tel.message(
@@ -304,6 +315,7 @@ def _run_training(cfg: TrainConfig, hooks: Sequence[Hooks]) -> dict:
                     "run_dir": str(run_dir),
                 }
             tel.start_iteration = runner.iteration
+            startup.mark("runner")
             final = {**runner.learn(), "run_dir": str(run_dir)}
             if runner.tel is not tel:  # this process took the writing over mid-run
                 runner.tel.summary(final)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from distrl import checkpoint as ckpt
-from distrl import interrupts
+from distrl import interrupts, startup
 from distrl.algorithms.ppo import PPO
 from distrl.config import TrainConfig, to_dict
 from distrl.distributed.base import Agreed, StatsLayout, Strategy
@@ -242,6 +242,7 @@ class Runner(ABC):
         outside the rollout and outside collectives unless ``learn`` says otherwise."""
         if learn is None:
             learn = t_iter - (rollout or 0.0) - comm - (sync or 0.0)
+        startup.mark("iteration")  # (the first record's: a later mark keeps the first)
         return {
             "iteration": self.iteration,
             "env_steps": self.env_steps,
@@ -255,6 +256,7 @@ class Runner(ABC):
             "time/sync": sync if self.strategy.measures_sync else None,
             **self.strategy.record_metrics(),
             **metrics,
+            **startup.take(),  # the first record of this process's run only
         }
 
     def wall_time(self) -> float:

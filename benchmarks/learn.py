@@ -52,7 +52,8 @@ class LearnArgs:
     """W>1 learns as well if its median final return is within this fraction of |target| of
     W=1's (or better), or it reaches the target in at least as many seeds."""
     threads: int = 1
-    """Intra-op threads per process."""
+    """Intra-op threads per process; 0: distrl's default (cores / local world size), what a
+    plain `distrl train` gets."""
     timeout: float = 3600.0
     """Seconds one run may take before it is killed and reported as failed."""
     out: str | None = None

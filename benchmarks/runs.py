@@ -30,8 +30,11 @@ def per_rank_envs(total_or_rank: int, world: int, mode: str) -> int:
 
 
 def quiet_train_args(threads: int) -> list[str]:
-    """`train` flags of every benchmark run: no live display, no TensorBoard, fixed threads."""
-    return ["--progress", "False", "--tensorboard", "False", "--threads", str(threads)]
+    """`train` flags of every benchmark run: no live display, no TensorBoard, and ``threads``
+    intra-op threads per process (0: distrl's default, cores / local world size, as a plain
+    `distrl train` runs)."""
+    fixed = ["--threads", str(threads)] if threads else []
+    return ["--progress", "False", "--tensorboard", "False", *fixed]
 
 
 PYTHON_CLI = [sys.executable, "-m", "distrl.cli"]

@@ -295,6 +295,13 @@ class DistConfig:
     their whole rollout, every other rank ends its rollout early (after at least a quarter of
     --agent.num-steps), so one slow rank does not hold up the iteration; the shorter rollout
     bootstraps from the value of the state it stopped at. 1.0: off (DD-PPO used 0.6)."""
+    lr_scaling: Literal["none", "sqrt", "linear"] = "none"
+    """The learning rate for a global batch that grows with the ranks: each collecting rank
+    keeps its --env.num-envs and its --agent.num-minibatches, so a gradient step averages W
+    times the rows of one process's. sqrt: --agent.learning-rate x sqrt(W) (the square-root
+    rule for Adam); linear: x W (SGD's linear rule, aggressive for Adam); none: unchanged.
+    W is the number of collecting ranks when the run (or an elastic restart) starts; epochs and
+    minibatches stay as they are."""
     pin_cores: bool = True
     """CPU ranks: pin each local rank to its own share of the cores, so the scheduler never
     stacks two ranks on one core while the other idles (every rank would then wait for it)."""
@@ -492,6 +499,16 @@ class TrainConfig:
         """Transitions per rank per minibatch."""
         return self.batch_size // self.agent.num_minibatches
 
+    def with_lr_scaling(self, collectors: int) -> TrainConfig:
+        """This config with ``agent.learning_rate`` scaled for ``collectors`` collecting ranks
+        by ``--dist.lr-scaling`` (unchanged for "none" or one collector)."""
+        factor = {"none": 1.0, "sqrt": math.sqrt(max(1, collectors)), "linear": max(1, collectors)}
+        scale = factor[self.dist.lr_scaling]
+        if scale == 1.0:
+            return self
+        lr = self.agent.learning_rate * scale
+        return dataclasses.replace(self, agent=dataclasses.replace(self.agent, learning_rate=lr))
+
     def with_budget(self, collectors: int) -> TrainConfig:
         """This config with ``agent.max_iterations`` set from ``agent.total_timesteps`` for
         ``collectors`` collecting ranks (unchanged when no budget is set)."""
@@ -563,6 +580,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _validate_nodes(errors, cfg)
     if e.max_episode_steps is not None:
         _positive(errors, "--env.max-episode-steps", e.max_episode_steps, "or leave it unset")
+    if cfg.dist.lr_scaling not in ("none", "sqrt", "linear"):
+        errors.append(f"--dist.lr-scaling must be none, sqrt or linear: {cfg.dist.lr_scaling!r}")
     if e.vectorization not in ("sync", "async"):
         errors.append(f"--env.vectorization must be sync or async, got {e.vectorization!r}")
     _validate_agent(errors, a)

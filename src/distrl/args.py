@@ -26,6 +26,7 @@ from tyro.constructors import (
     StructTypeInfo,
 )
 
+from distrl import quick_flags
 from distrl.config import TrainConfig, from_dict, validate
 
 T = TypeVar("T")
@@ -457,7 +458,9 @@ def _parse_overrides(defaults: TrainConfig, argv: list[str]) -> TrainConfig:
     asks_help = any(word in ("-h", "--help") for word in argv)
     registry = _help_registry(defaults.task, defaults.algorithm) if asks_help else None
     prog = f"train {defaults.task}"
-    cfg = parse_flags(TrainConfig, argv, prog, default=defaults, registry=registry)
+    cfg = None if asks_help else quick_flags.parse(defaults, argv)  # the common words, fast
+    if cfg is None:
+        cfg = parse_flags(TrainConfig, argv, prog, default=defaults, registry=registry)
     if cfg.task != defaults.task:
         raise ValueError(
             f"--task {cfg.task!r} contradicts the positional task {defaults.task!r}; give the task "

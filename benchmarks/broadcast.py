@@ -6,13 +6,15 @@ GPU per rank); ranks 0..L-1 hold the flat fp32 model, ranks L.. receive it. Per 
 
 - **routing**: the routing table (distributed/routing.py, LPT) replayed with ``isend``/``irecv``:
   every learner sends its assigned (chunk, actor) pairs, every actor posts one ``irecv`` per
-  chunk from the learner the table names; no runtime coordination;
+  chunk from the learner the table names; no runtime coordination (`bench cluster` also times
+  it from fewer senders than learners, the others idle);
 - **naive**: learner 0 sends the whole model to every actor (one ``isend`` each);
 - **broadcast**: ``dist.broadcast`` from learner 0 in a group of learner 0 and the actors;
 - **p2p ceiling**: one ``isend`` of the whole model from rank 0 to rank L, the others idle.
 
 Time per sync is the median over repeats of the slowest rank (barrier before each); aggregate
-GB/s = A x model bytes / time. The table's per-learner byte imbalance (busiest learner over the
+GB/s = A x model bytes / time. Receivers hold one flat buffer and check every byte of it after
+each method. The table's per-learner byte imbalance (busiest learner over the
 mean) is reported with LPT's guarantee (4/3 - 1/(3L) of the optimum) and the table's makespan
 over the link lower bound max(model/recv bw, total/(L x send bw)) at equal bandwidths.
 """
@@ -36,6 +38,8 @@ METHODS = ("routing", "naive", "broadcast", "p2p")
 # A flat model's tensors as fractions of it (an MLP-like mix of big and small tensors), so the
 # routing table has chunks of unequal size to balance.
 SHAPE = (32, 16, 16, 8, 8, 4, 1, 1)
+_BLOCK = 1 << 22
+"""Elements per step of the pattern's fill and check (16 MiB of int32)."""
 
 
 @dataclass(frozen=True)
@@ -92,32 +96,69 @@ def _rank(rank: int, world: int, port: int, backend: str, cfg: dict, q) -> None:
         raise SystemExit(1) from None
 
 
+def fill_pattern(flat) -> None:
+    """Element i of ``flat`` gets the bits of the int32 i (unique and exact below 2**31), a
+    block at a time: no model-sized temporary beside the model."""
+    import torch
+
+    bits = flat.view(torch.int32)
+    for s in range(0, flat.numel(), _BLOCK):
+        e = min(s + _BLOCK, flat.numel())
+        bits[s:e] = torch.arange(s, e, dtype=torch.int32, device=flat.device)
+
+
+def has_pattern(flat) -> bool:
+    """Whether ``flat`` holds ``fill_pattern``'s bits, every element (compared as int32)."""
+    import torch
+
+    bits = flat.view(torch.int32)
+    return all(
+        torch.equal(
+            bits[s : s + _BLOCK],
+            torch.arange(s, min(s + _BLOCK, flat.numel()), dtype=torch.int32, device=flat.device),
+        )
+        for s in range(0, flat.numel(), _BLOCK)
+    )
+
+
 def _time_methods(rank, world, params, L, device, bgroup, cfg) -> list[dict]:
+    """Every method on a model of ``params`` fp32 parameters: ranks 0..L-1 hold it, L.. receive
+    it into one flat buffer. The routing table is timed once per sender count ``s`` in
+    ``cfg["senders"]`` (default [L]): learners 0..s-1 send, the others idle; naive, broadcast
+    and p2p send from learner 0 alone. Every receiver checks every byte after each method."""
     import torch
     import torch.distributed as dist
 
+    if params >= 2**31:
+        raise ValueError(f"at most 2**31 - 1 parameters (int32 pattern), got {params}")
     learners, actors = list(range(L)), list(range(L, world))
-    table = routing_table(model_numels(params), learners, actors)
     flat = torch.empty(params, device=device)
     if rank < L:
-        flat.copy_(torch.arange(params, device=device, dtype=torch.float32))  # exact below 2**24
-    sends, recvs = table.sends(rank), table.receives(rank)
+        fill_pattern(flat)
 
-    def routing():
-        ops = [
-            dist.isend(
-                flat[r.chunk.start : r.chunk.start + r.chunk.numel], r.actor, tag=r.chunk.index
-            )
-            for r in sends
-        ]
-        ops += [
-            dist.irecv(
-                flat[r.chunk.start : r.chunk.start + r.chunk.numel], r.learner, tag=r.chunk.index
-            )
-            for r in recvs
-        ]
-        for op in ops:
-            _posted(op).wait()
+    def routing(senders: int):
+        table = routing_table(model_numels(params), learners[:senders], actors)
+        sends, recvs = table.sends(rank), table.receives(rank)
+
+        def push():
+            ops = [
+                dist.isend(
+                    flat[r.chunk.start : r.chunk.start + r.chunk.numel], r.actor, tag=r.chunk.index
+                )
+                for r in sends
+            ]
+            ops += [
+                dist.irecv(
+                    flat[r.chunk.start : r.chunk.start + r.chunk.numel],
+                    r.learner,
+                    tag=r.chunk.index,
+                )
+                for r in recvs
+            ]
+            for op in ops:
+                _posted(op).wait()
+
+        return push
 
     def naive():
         if rank == 0:
@@ -139,16 +180,17 @@ def _time_methods(rank, world, params, L, device, bgroup, cfg) -> list[dict]:
         elif rank == L:
             _posted(dist.irecv(flat, 0)).wait()
 
-    expected = torch.arange(params, device=device, dtype=torch.float32)
+    runs = [("routing", s, routing(s)) for s in cfg.get("senders", [L])]
+    runs += [("naive", 1, naive), ("broadcast", 1, broadcast), ("p2p", 1, p2p)]
     out = []
-    for name, fn in zip(METHODS, (routing, naive, broadcast, p2p), strict=True):
+    for name, senders, fn in runs:
         if rank >= L:
             flat.zero_()
         t = _timed(fn, cfg["repeats"], cfg["warmup"], device)
         receives = rank >= L and (name != "p2p" or rank == L)
-        if receives and not torch.equal(flat, expected):
+        if receives and not has_pattern(flat):
             raise RuntimeError(f"rank {rank}: {name} delivered wrong weights ({params} params)")
-        out.append({"params": params, "method": name, "time_median_s": t})
+        out.append({"params": params, "method": name, "senders": senders, "time_median_s": t})
     return out
 
 
@@ -178,29 +220,39 @@ def broadcast(a: BroadcastArgs) -> list[dict]:
 
 
 def shape_rows(L: int, A: int, timed: list[dict], backend: str, oversub: bool) -> list[dict]:
-    """One row per (size, method) with GB/s and the routing table's balance figures."""
+    """One row per (size, method, senders) with GB/s and the routing table's balance figures
+    (of the table the row's senders ran: one learner for naive, broadcast and p2p); routing
+    rows also get their speed-up over the routing table from one sender (``vs_one_sender``,
+    when that was timed too)."""
     rows = []
     for n in dict.fromkeys(r["params"] for r in timed):
-        by = {r["method"]: r["time_median_s"] for r in timed if r["params"] == n}
-        table = routing_table(model_numels(n), list(range(L)), list(range(L, L + A)))
-        ceiling = table.model_bytes / by["p2p"] / 1e9
-        for meth in METHODS:
+        at_n = [r for r in timed if r["params"] == n]
+        by = {r["method"]: r["time_median_s"] for r in at_n if r["method"] != "routing"}
+        one = next(
+            (r["time_median_s"] for r in at_n if r["method"] == "routing" and r["senders"] == 1),
+            None,
+        )
+        for r in at_n:
+            meth, s, t = r["method"], r["senders"], r["time_median_s"]
+            table = routing_table(model_numels(n), list(range(s)), list(range(L, L + A)))
             moved = table.model_bytes * (1 if meth == "p2p" else A)
-            gbps = moved / by[meth] / 1e9
+            gbps = moved / t / 1e9
             rows.append(
                 {
                     "L": L,
                     "A": A,
+                    "senders": s,
                     "params": n,
                     "bytes": table.model_bytes,
                     "method": meth,
-                    "time_median_s": by[meth],
+                    "time_median_s": t,
                     "aggregate_gbps": gbps,
-                    "of_p2p_ceiling": gbps / ceiling,
-                    "vs_naive": by["naive"] / by[meth],
+                    "of_p2p_ceiling": gbps / (table.model_bytes / by["p2p"] / 1e9),
+                    "vs_naive": by["naive"] / t,
+                    "vs_one_sender": one / t if meth == "routing" and one is not None else None,
                     "chunks": len(table.chunks),
                     "imbalance": table.imbalance(),
-                    "lpt_bound": lpt_guarantee(L),
+                    "lpt_bound": lpt_guarantee(s),
                     "makespan_over_lb": table.makespan() / table.lower_bound(),
                     "backend": backend,
                     "oversubscribed": oversub,

@@ -56,6 +56,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
   roofline     one iteration against the machine's matmul limit at its exact GEMM shapes, by phase
   cluster      nodes in network namespaces on rate-limited links (root): all-reduce vs the
                alpha-beta model per link rate and past W=2; routing-table weight sync vs naive
+               from several learners to several actors
   sinks        a parameter server's sink nodes against the flat server on the testbed (root):
                bytes between machines per update, iteration time, 2 and 4 machines
 """

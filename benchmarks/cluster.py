@@ -8,14 +8,18 @@ rate (``comm.fit_alpha_beta``) and its error at every point; 1/beta is set besid
 W = 2 fit, turned into per-step ring figures as `bench project` does
 (``project.ring_link_params``), then predicts the all-reduce at the larger world sizes of
 ``--worlds``, which are measured too: the projection checked past W = 2. Then, optionally, the
-learner -> actor weight sync (`bench broadcast`'s routing table against naive) with 2 learners
-and 2 actors, every node on its own throttled link.
+learner -> actor weight sync (`bench broadcast`'s routing table against naive, dist.broadcast
+and one point-to-point send), every learner and actor on its own throttled link: per actor
+count of ``--broadcast-actors`` one set of ranks, the routing table timed from each learner
+count of ``--broadcast-learners``, each time set against the links' least time. ``--rates ''``
+leaves out the all-reduce.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -29,13 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from distrl.distributed.routing import lower_bound
 from tests.cluster.testbed import MAX_NODES, Node, Testbed, missing
 
 
 @dataclass(frozen=True)
 class ClusterArgs:
     rates: str = "100,300,1000"
-    """Link rates in Mbit/s, comma-separated (each node's link, each way)."""
+    """Link rates in Mbit/s, comma-separated (each node's link, each way) for the all-reduce;
+    empty: no all-reduce, only the weight sync (--broadcast-params)."""
     sizes_mb: str = "0.01,0.1,1,4,16,64"
     """All-reduce sizes in MB (1e6 bytes of float32), comma-separated: small ones pin the
     latency alpha, large ones the bandwidth 1/beta."""
@@ -47,8 +53,13 @@ class ClusterArgs:
     warmup: int = 1
     """Untimed all-reduces per (rate, size) first."""
     broadcast_params: str = ""
-    """Model sizes (fp32 parameters) for the learner -> actor weight sync with 2 learners and
-    2 actors, each on its own node (empty: skipped), e.g. 1000000,10000000."""
+    """Model sizes (fp32 parameters) for the learner -> actor weight sync, every learner and
+    actor on its own node (empty: skipped), e.g. 1000000,10000000."""
+    broadcast_learners: str = "2"
+    """Learner counts (senders) for the weight sync: the ranks hold the most of them, and the
+    routing table is timed with each (learners past the count idle)."""
+    broadcast_actors: str = "2"
+    """Actor counts (receivers) for the weight sync: one testbed and one set of ranks each."""
     broadcast_rate: float = 300.0
     """Link rate (Mbit/s) of every node during the weight-sync runs."""
     timeout: float = 900.0
@@ -60,7 +71,7 @@ class ClusterArgs:
 
 
 def parse_args(a: ClusterArgs) -> tuple[list[float], list[int], list[int]]:
-    """(rates in Mbit/s, sizes in bytes, world sizes), checked."""
+    """(rates in Mbit/s, sizes in bytes, world sizes), checked; no rates: no all-reduce."""
     try:
         rates = [float(r) for r in a.rates.replace(",", " ").split()]
         sizes = [int(float(s) * 1e6) for s in a.sizes_mb.replace(",", " ").split()]
@@ -69,7 +80,9 @@ def parse_args(a: ClusterArgs) -> tuple[list[float], list[int], list[int]]:
             f"--rates {a.rates!r} and --sizes-mb {a.sizes_mb!r} must be numbers, e.g. 100,300"
         ) from None
     worlds = common.parse_ints(a.worlds)
-    if not rates or min(rates) <= 0:
+    if not rates and not a.broadcast_params:
+        raise ValueError("nothing to measure: give --rates, --broadcast-params or both")
+    if rates and min(rates) <= 0:
         raise ValueError(f"--rates must be positive Mbit/s, got {a.rates!r}")
     if len(sizes) < 2 or min(sizes) < 4:
         raise ValueError(f"--sizes-mb needs two sizes of at least 4 bytes, got {a.sizes_mb!r}")
@@ -77,7 +90,25 @@ def parse_args(a: ClusterArgs) -> tuple[list[float], list[int], list[int]]:
         raise ValueError(f"--worlds must be 2..{MAX_NODES} nodes, got {a.worlds!r}")
     if a.repeats < 1 or a.warmup < 0:
         raise ValueError(f"--repeats must be >= 1 and --warmup >= 0, got {a.repeats}, {a.warmup}")
+    if a.broadcast_params:
+        learners, actors = sync_counts(a)
+        if learners[-1] + actors[-1] > MAX_NODES:
+            raise ValueError(
+                f"--broadcast-learners and --broadcast-actors: at most {MAX_NODES} nodes "
+                f"together, got {learners[-1]} + {actors[-1]}"
+            )
     return rates, sizes, worlds
+
+
+def sync_counts(a: ClusterArgs) -> tuple[list[int], list[int]]:
+    """(learner counts, actor counts) of the weight sync, sorted."""
+    try:
+        return common.parse_ints(a.broadcast_learners), common.parse_ints(a.broadcast_actors)
+    except ValueError:
+        raise ValueError(
+            f"--broadcast-learners {a.broadcast_learners!r} and --broadcast-actors "
+            f"{a.broadcast_actors!r} must be positive integers, e.g. 1,2,4"
+        ) from None
 
 
 def cluster(a: ClusterArgs) -> dict[str, list[dict]]:
@@ -88,10 +119,22 @@ def cluster(a: ClusterArgs) -> dict[str, list[dict]]:
     m = common.header("distrl bench cluster")
     out = common.out_dir(a.out, "cluster")
     common.console.print(
-        f"{worlds} nodes (network namespaces on this host: they share its {m['cores']} cores and "
-        f"memory bus; only the link rate is emulated, with tc tbf); rates {rates} Mbit/s; sizes "
-        f"{a.sizes_mb} MB; median of {a.repeats} after {a.warmup} warm-up"
+        f"nodes in network namespaces on this host (they share its {m['cores']} cores and memory "
+        f"bus; only the link rate is emulated, with tc tbf); all-reduce on {worlds} nodes at "
+        f"{rates or 'no'} Mbit/s, sizes {a.sizes_mb} MB; median of {a.repeats} after {a.warmup} "
+        "warm-up"
     )
+    points = allreduce_points(a, rates, sizes, worlds) if rates else []
+    fits = fit_rates(points)
+    bcast = weight_sync(a) if a.broadcast_params else []
+    write_results(out, m, points, fits, bcast)
+    return {"points": points, "fits": fits, "broadcast": bcast}
+
+
+def allreduce_points(
+    a: ClusterArgs, rates: list[float], sizes: list[int], worlds: list[int]
+) -> list[dict]:
+    """The all-reduce's median time per (rate, world size, message size)."""
     points: list[dict] = []
     # unpinned: these ranks have one thread each, and pinned to one core a rank's main and Gloo
     # threads take turns, which made 10 KB all-reduces 3-8 times slower in a run that tried it
@@ -106,10 +149,7 @@ def cluster(a: ClusterArgs) -> dict[str, list[dict]]:
                     f"{rate:g} Mbit/s, {w} nodes: {time.perf_counter() - t0:.1f} s"
                 )
                 points += [p | {"rate_mbit": rate, "W": w} for p in got]
-    fits = fit_rates(points)
-    bcast = weight_sync(a) if a.broadcast_params else []
-    write_results(out, m, points, fits, bcast)
-    return {"points": points, "fits": fits, "broadcast": bcast}
+    return points
 
 
 def fit_rates(points: list[dict]) -> list[dict]:
@@ -158,22 +198,51 @@ def fit_rates(points: list[dict]) -> list[dict]:
 
 
 def weight_sync(a: ClusterArgs) -> list[dict]:
-    """`bench broadcast`'s methods with 2 learners and 2 actors, one per throttled node; each
-    row also says what fraction of an actor's link the sync filled (``of_link``: the model's
-    bits over the time, over the link rate; 1.0 is the most any method can reach)."""
+    """`bench broadcast`'s methods, every learner and actor on its own throttled node: per
+    actor count one set of ranks (the most learners, then the actors), the routing table timed
+    with each learner count (``shape_rows``). Each row also gets what fraction of an actor's
+    link the sync filled (``of_link``: the model's bits over the time, over the link rate), the
+    least time the links allow (``link_bound_s``, ``sync_link_bound``) and that over the time
+    (``of_bound``: well below 1, the shared cores held the sync back, not the links), and the
+    time over the same method's at the fewest actors (``vs_fewest_actors``)."""
     from benchmarks.broadcast import shape_rows
 
     params = common.parse_ints(a.broadcast_params)
-    with Testbed(nodes=4, rate_mbit=a.broadcast_rate, prefix=a.prefix, pin_cores=False) as tb:
-        cfg = {"L": 2, "params": params, "repeats": a.repeats, "warmup": a.warmup}
-        t0 = time.perf_counter()
-        timed = run_on_nodes(tb, "broadcast", cfg, a.timeout, tb.nodes)
-        common.console.print(f"weight sync: {time.perf_counter() - t0:.1f} s")
-    rows = shape_rows(2, 2, timed, "gloo", False)
+    learners, actors = sync_counts(a)
+    L = learners[-1]
+    rows: list[dict] = []
+    for A in actors:
+        with Testbed(L + A, a.broadcast_rate, prefix=a.prefix, pin_cores=False) as tb:
+            cfg = {"L": L, "senders": learners, "params": params}
+            cfg |= {"repeats": a.repeats, "warmup": a.warmup}
+            t0 = time.perf_counter()
+            timed = run_on_nodes(tb, "broadcast", cfg, a.timeout, tb.nodes)
+            common.console.print(
+                f"weight sync, {L} learners + {A} actors: {time.perf_counter() - t0:.1f} s"
+            )
+        rows += shape_rows(L, A, timed, "gloo", common.cores() < L + A)
+    bw = a.broadcast_rate * 1e6 / 8
+    fewest = {(r["method"], r["senders"], r["params"]): r for r in rows if r["A"] == actors[0]}
     for r in rows:
         r["rate_mbit"] = a.broadcast_rate
-        r["of_link"] = r["bytes"] * 8 / r["time_median_s"] / (a.broadcast_rate * 1e6)
+        r["of_link"] = r["bytes"] / bw / r["time_median_s"]
+        r["link_bound_s"] = sync_link_bound(r["method"], r["bytes"], r["A"], r["senders"], bw)
+        r["of_bound"] = r["link_bound_s"] / r["time_median_s"]
+        base = fewest[(r["method"], r["senders"], r["params"])]
+        r["vs_fewest_actors"] = r["time_median_s"] / base["time_median_s"]
     return rows
+
+
+def sync_link_bound(method: str, model_bytes: int, A: int, senders: int, bw: float) -> float:
+    """The least seconds a weight sync can take on links of ``bw`` bytes/s each way: routing
+    and naive, the routing table's lower bound (every actor takes in the model; the senders
+    send A models between them); Gloo's broadcast, a binomial tree, has the source send the
+    whole model once per round, ceil(log2(A + 1)) rounds; p2p, one model over one link."""
+    if method in ("routing", "naive"):
+        return lower_bound(model_bytes, A, senders, bw, bw)
+    if method == "broadcast":
+        return math.ceil(math.log2(A + 1)) * model_bytes / bw
+    return model_bytes / bw
 
 
 def run_on_nodes(tb: Testbed, what: str, cfg: dict, timeout: float, nodes: Sequence[Node]) -> Any:
@@ -264,6 +333,19 @@ def write_results(
     out: Path, m: dict, points: list[dict], fits: list[dict], bcast: list[dict]
 ) -> None:
     machine = {"cpu": m["cpu"], "cores": m["cores"], "torch": m["torch"]}
+    written = []
+    if bcast:
+        common.write_csv(out / "weight_sync.csv", [r | machine for r in bcast])
+        written.append("weight_sync.csv")
+        show_weight_sync(bcast)
+    if points:
+        written += write_allreduce(out, m, points, fits)
+    common.console.print(f"wrote {', '.join(str(out / w) for w in written)}")
+
+
+def write_allreduce(out: Path, m: dict, points: list[dict], fits: list[dict]) -> list[str]:
+    """The all-reduce's and the fits' CSVs, plot and tables; returns the file names."""
+    machine = {"cpu": m["cpu"], "cores": m["cores"], "torch": m["torch"]}
     common.write_csv(out / "allreduce.csv", [p | machine for p in points])
     common.write_csv(out / "fit.csv", [f | machine for f in fits])
     written = ["allreduce.csv", "fit.csv"]
@@ -271,9 +353,6 @@ def write_results(
         name = f"fit_{f['rate_mbit']:g}mbit.csv"
         common.write_csv(out / name, [f | machine])
         written.append(name)
-    if bcast:
-        common.write_csv(out / "weight_sync.csv", [r | machine for r in bcast])
-        written.append("weight_sync.csv")
     _plot(points, fits, out / "cluster.png", f"nodes in namespaces, Gloo | {m['cpu']}")
     written.append("cluster.png")
     common.show(
@@ -306,20 +385,30 @@ def write_results(
             ("max |err| proj", "max_abs_err_projected"),
         ],
     )
-    if bcast:
-        common.show(
-            "learner -> actor weight sync, 2 learners + 2 actors, one node each",
-            bcast,
-            [
-                ("Mbit/s", "rate_mbit"),
-                ("params", "params"),
-                ("method", "method"),
-                ("ms", "time_median_s", 1e3),
-                ("of link", "of_link"),
-                ("x naive", "vs_naive"),
-            ],
-        )
-    common.console.print(f"wrote {', '.join(str(out / w) for w in written)}")
+    return written
+
+
+def show_weight_sync(rows: list[dict]) -> None:
+    common.show(
+        "learner -> actor weight sync, one node each (median of the slowest rank; senders: "
+        "learners that sent; GB/s: actors x model / time; bound: the links' least time)",
+        rows,
+        [
+            ("Mbit/s", "rate_mbit"),
+            ("params", "params"),
+            ("A", "A"),
+            ("senders", "senders"),
+            ("method", "method"),
+            ("s", "time_median_s"),
+            ("GB/s", "aggregate_gbps"),
+            ("of link", "of_link"),
+            ("x naive", "vs_naive"),
+            ("x 1 sender", "vs_one_sender"),
+            ("bound s", "link_bound_s"),
+            ("of bound", "of_bound"),
+            ("x fewest A", "vs_fewest_actors"),
+        ],
+    )
 
 
 def _plot(points: list[dict], fits: list[dict], path: Path, title: str) -> None:

@@ -30,3 +30,20 @@ def test_broadcast_command_tiny(tmp_path):
     two = [r for r in rows if r["L"] == "2" and r["method"] == "routing"]
     assert all(float(r["makespan_over_lb"]) <= 4 / 3 + 1e-9 for r in two)
     assert (out / "broadcast.png").exists()
+
+
+def test_the_pattern_catches_a_wrong_byte_and_a_misplaced_chunk():
+    import torch
+
+    from benchmarks.broadcast import _BLOCK, fill_pattern, has_pattern
+
+    flat = torch.empty(_BLOCK + 1000)  # a partial last block
+    fill_pattern(flat)
+    assert has_pattern(flat)
+    bits = flat.view(torch.int32)
+    bits[_BLOCK + 500] ^= 1  # one bit of one element, in the last block
+    assert not has_pattern(flat)
+    fill_pattern(flat)
+    flat[:100], flat[100:200] = flat[100:200].clone(), flat[:100].clone()  # two chunks swapped
+    assert not has_pattern(flat)
+    assert has_pattern(torch.empty(0))

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from benchmarks.cluster import ClusterArgs, fit_rates, parse_args
+from benchmarks.broadcast import shape_rows
+from benchmarks.cluster import ClusterArgs, fit_rates, parse_args, sync_link_bound
 from benchmarks.project import ProjectArgs, resolve
 from tests.cluster.testbed import Testbed, tbf_args
 from tests.helpers import write_csv
@@ -69,6 +70,32 @@ def test_fit_rows_feed_bench_project(tmp_path):
     assert "W=2 (gloo)" in notes[0]
 
 
+def test_the_link_bound_of_each_weight_sync_method():
+    m, bw = 400e6, 125e6  # a 100M-parameter model, 1000 Mbit/s links: 3.2 s per model per link
+    assert sync_link_bound("routing", m, 16, 4, bw) == pytest.approx(4 * 3.2)  # senders' links
+    assert sync_link_bound("routing", m, 2, 4, bw) == pytest.approx(3.2)  # each actor's link
+    assert sync_link_bound("naive", m, 16, 1, bw) == pytest.approx(16 * 3.2)
+    assert sync_link_bound("broadcast", m, 16, 1, bw) == pytest.approx(5 * 3.2)  # 17 in a tree
+    assert sync_link_bound("p2p", m, 16, 1, bw) == pytest.approx(3.2)
+
+
+def test_routing_from_more_senders_is_set_against_one_sender_and_naive():
+    timed = [
+        {"params": 1000, "method": "routing", "senders": 1, "time_median_s": 8.0},
+        {"params": 1000, "method": "routing", "senders": 2, "time_median_s": 4.0},
+        {"params": 1000, "method": "naive", "senders": 1, "time_median_s": 8.0},
+        {"params": 1000, "method": "broadcast", "senders": 1, "time_median_s": 6.0},
+        {"params": 1000, "method": "p2p", "senders": 1, "time_median_s": 2.0},
+    ]
+    rows = {(r["method"], r["senders"]): r for r in shape_rows(2, 4, timed, "gloo", True)}
+    two = rows[("routing", 2)]
+    assert two["vs_one_sender"] == 2.0 and two["vs_naive"] == 2.0 and two["L"] == 2
+    assert two["aggregate_gbps"] == pytest.approx(4 * 4000 / 4.0 / 1e9)
+    assert rows[("routing", 1)]["vs_one_sender"] == 1.0
+    assert rows[("naive", 1)]["vs_one_sender"] is None
+    assert rows[("naive", 1)]["imbalance"] == 1.0  # one sender's table
+
+
 @pytest.mark.parametrize(
     "args, match",
     [
@@ -77,6 +104,12 @@ def test_fit_rows_feed_bench_project(tmp_path):
         (ClusterArgs(sizes_mb="1"), "--sizes-mb needs two sizes"),
         (ClusterArgs(worlds="1,2"), "--worlds must be 2"),
         (ClusterArgs(repeats=0), "--repeats must be >= 1"),
+        (ClusterArgs(rates=""), "nothing to measure"),
+        (ClusterArgs(broadcast_params="1000", broadcast_actors="0"), "--broadcast-learners"),
+        (
+            ClusterArgs(broadcast_params="1000", broadcast_learners="100", broadcast_actors="100"),
+            "at most 154 nodes",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_naming_the_flag(args, match):

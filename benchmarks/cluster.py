@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import subprocess
@@ -234,15 +233,27 @@ def weight_sync(a: ClusterArgs) -> list[dict]:
 
 
 def sync_link_bound(method: str, model_bytes: int, A: int, senders: int, bw: float) -> float:
-    """The least seconds a weight sync can take on links of ``bw`` bytes/s each way: routing
-    and naive, the routing table's lower bound (every actor takes in the model; the senders
-    send A models between them); Gloo's broadcast, a binomial tree, has the source send the
-    whole model once per round, ceil(log2(A + 1)) rounds; p2p, one model over one link."""
+    """The least seconds a weight sync's schedule leaves to the links (``bw`` bytes/s each way):
+    routing and naive, the routing table's lower bound (every actor takes in the model; the
+    senders send A models between them); broadcast, Gloo's binomial tree
+    (``binomial_tree_time``); p2p, one model over one link."""
     if method in ("routing", "naive"):
         return lower_bound(model_bytes, A, senders, bw, bw)
     if method == "broadcast":
-        return math.ceil(math.log2(A + 1)) * model_bytes / bw
+        return binomial_tree_time(A + 1, model_bytes / bw)
     return model_bytes / bw
+
+
+def binomial_tree_time(ranks: int, model_s: float) -> float:
+    """When the last of ``ranks`` holds the model in Gloo's broadcast (gloo/broadcast.cc), if
+    one model crosses a link in ``model_s``: virtual rank v, once it has the whole model, sends
+    it to every v + 2**i with 2**i > v at once (its link shared among them); the root is 0."""
+    done = [0.0] * ranks
+    for v in range(ranks):  # a child's virtual rank is above its parent's
+        kids = [v + 2**i for i in range(ranks.bit_length()) if 2**i > v and v + 2**i < ranks]
+        for c in kids:
+            done[c] = done[v] + len(kids) * model_s
+    return max(done)
 
 
 def run_on_nodes(tb: Testbed, what: str, cfg: dict, timeout: float, nodes: Sequence[Node]) -> Any:

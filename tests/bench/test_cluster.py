@@ -8,7 +8,13 @@ import os
 import pytest
 
 from benchmarks.broadcast import shape_rows
-from benchmarks.cluster import ClusterArgs, fit_rates, parse_args, sync_link_bound
+from benchmarks.cluster import (
+    ClusterArgs,
+    binomial_tree_time,
+    fit_rates,
+    parse_args,
+    sync_link_bound,
+)
 from benchmarks.project import ProjectArgs, resolve
 from tests.cluster.testbed import Testbed, tbf_args
 from tests.helpers import write_csv
@@ -75,8 +81,20 @@ def test_the_link_bound_of_each_weight_sync_method():
     assert sync_link_bound("routing", m, 16, 4, bw) == pytest.approx(4 * 3.2)  # senders' links
     assert sync_link_bound("routing", m, 2, 4, bw) == pytest.approx(3.2)  # each actor's link
     assert sync_link_bound("naive", m, 16, 1, bw) == pytest.approx(16 * 3.2)
-    assert sync_link_bound("broadcast", m, 16, 1, bw) == pytest.approx(5 * 3.2)  # 17 in a tree
+    assert sync_link_bound("broadcast", m, 16, 1, bw) == pytest.approx(11 * 3.2)  # see below
     assert sync_link_bound("p2p", m, 16, 1, bw) == pytest.approx(3.2)
+
+
+def test_gloos_binomial_tree_forwards_only_whole_models():
+    assert binomial_tree_time(1, 1.0) == 0.0
+    assert binomial_tree_time(2, 1.0) == 1.0
+    assert binomial_tree_time(3, 1.0) == 2.0  # the root sends to 1 and 2 at once
+    # 5 ranks: the root to 1, 2 and 4 at once (3 models on its link), then 1 to 3
+    assert binomial_tree_time(5, 1.0) == 4.0
+    # 9: the root to 1, 2, 4, 8 (4); 1 to 3, 5 (6); 3 to 7 (7)
+    assert binomial_tree_time(9, 1.0) == 7.0
+    # 17: the root to 5 children (5); 1 to 3, 5, 9 (8); 3 to 7, 11 (10); 7 to 15 (11)
+    assert binomial_tree_time(17, 1.0) == 11.0
 
 
 def test_routing_from_more_senders_is_set_against_one_sender_and_naive():

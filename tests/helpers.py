@@ -20,6 +20,11 @@ QUIET = ["--threads", "1", "--progress", "False", "--tensorboard", "False"]
 """`train` flags of every test run: one thread, no live display, no TensorBoard events."""
 
 
+TIMING_KEYS = ("wall_time", "unix_time", "time/", "perf/", "rank/", "startup/")
+"""metrics.jsonl keys (exact, or prefixes) that hold seconds: left out wherever two runs'
+records are compared (``rank/<r>/*`` are a rank's seconds, ``startup/*`` the first record's)."""
+
+
 def tiny_train_args(
     num_envs: int, num_steps: int = 8, num_epochs: int = 2, **agent: object
 ) -> list[str]:

@@ -21,7 +21,7 @@ from distrl.telemetry import read_metrics
 from tests.distributed.episodic_workers import episodic_run, episodic_train
 from tests.distributed.harness import expect_ok, run_ranks
 from tests.distributed.workers import run_cli
-from tests.helpers import assert_same
+from tests.helpers import TIMING_KEYS, assert_same
 
 PRELOAD = ["torch", "distrl.runner.episodic", "tests.distributed.episodic_workers"]
 BATCH, K = 8, 4
@@ -197,7 +197,7 @@ def test_resume_equals_uninterrupted_run(tmp_path: Path, mt: dict, total: int, c
     assert len(load[0]["ranks"]) == 2
     # the schedule cursors moved: rank 0 trains tasks [0, 2], rank 1 task [1]
     assert load[0]["ranks"][0]["schedule"]["tasks"]["position"] >= total
-    drop = ("wall_time", "unix_time", "time/", "perf/", "rank/")  # rank/<r>/*: seconds
+    drop = TIMING_KEYS
     strip = [
         [{k: v for k, v in r.items() if not k.startswith(drop)} for r in read_metrics(d)]
         for d in (a, b)

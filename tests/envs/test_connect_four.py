@@ -23,6 +23,7 @@ from distrl.envs.connect_four import (
 )
 from distrl.envs.league import League, Scripted, play_games
 from distrl.policy.actor_critic import ActorCritic
+from tests.helpers import TIMING_KEYS
 
 HAS_PETTINGZOO = all(importlib.util.find_spec(m) for m in ("pettingzoo", "pygame"))
 
@@ -224,7 +225,7 @@ def test_self_play_trains_rates_and_resumes_bit_for_bit(tmp_path):
     records = read_metrics(tmp_path / "whole")
     assert records[-1]["league/size"] == 2 and "selfplay/win_vs_random" in records[-1]
     assert records[-1]["league/elo"] != 1000.0
-    strip = ("wall_time", "unix_time", "time/", "perf/", "rank/")
+    strip = TIMING_KEYS
     same = [{k: v for k, v in r.items() if not k.startswith(strip)} for r in records]
     again = [{k: v for k, v in r.items() if not k.startswith(strip)}
              for r in read_metrics(tmp_path / "parts")]  # fmt: skip

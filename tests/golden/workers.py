@@ -11,8 +11,9 @@ from pathlib import Path
 import torch
 
 from distrl.config import AgentConfig, EnvConfig, TrainConfig
+from tests.helpers import TIMING_KEYS
 
-TIMING = ("wall_time", "unix_time", "perf/", "time/", "rank/")  # rank/<r>/*: seconds too
+TIMING = TIMING_KEYS
 
 
 def golden_config(run_dir: str, distributed: bool) -> TrainConfig:

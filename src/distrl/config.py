@@ -27,10 +27,16 @@ class EnvConfig:
     check_finite: bool = True
     """Stop with an error naming env, step and field when an observation or reward is NaN/Inf."""
     vectorization: Literal["sync", "async"] = "sync"
-    """How a Gymnasium task (`gym:<Id>`, `register_task(gym=...)`) steps its envs: sync, one after
-    another in this process (Gymnasium's own batched implementation where the env has one that
-    resets in the same step); async, one subprocess per env (Gymnasium's AsyncVectorEnv), for
-    slow Python envs. Same seed, same episodes either way. Batched torch tasks take sync only."""
+    """How a Gymnasium task (`gym:<Id>`, `register_task(gym=...)`) or a Meta-World task steps its
+    envs: sync, one after another in this process (Gymnasium's own batched implementation where
+    the env has one that resets in the same step); async, in subprocesses, for slow Python envs:
+    one per env for Gymnasium (its AsyncVectorEnv), --env.num-workers for Meta-World (each
+    stepping its share of the rows; in this process, with a warning, if they cannot start).
+    Same seed, same episodes either way. Batched torch tasks take sync only."""
+    num_workers: int = 0
+    """Subprocesses of a Meta-World task's envs with --env.vectorization async, each stepping
+    its share of the rows (0: one per core of this rank, cores / ranks on this machine, at most
+    one per env)."""
 
 
 @dataclass(frozen=True)
@@ -641,6 +647,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             f"--init-from {cfg.init_from} and --resume {cfg.resume} contradict each other: "
             f"--resume continues a run (its optimizer, iteration and env states), --init-from "
             f"starts a new one from a policy; keep one"
+        )
+    if not 0 <= cfg.env.num_workers <= cfg.env.num_envs:
+        errors.append(
+            f"--env.num-workers must be in 0..{cfg.env.num_envs} (--env.num-envs; 0: one per "
+            f"core), got {cfg.env.num_workers}"
         )
     if cfg.eval.interval < 0:
         errors.append(f"--eval.interval must be 0 (off) or more, got {cfg.eval.interval}")

@@ -1,5 +1,6 @@
-"""The subprocesses of ``--env.vectorization async`` (Gymnasium's ``AsyncVectorEnv``) ignore
-SIGINT and SIGHUP: their training process stops them (``close``) after its final checkpoint.
+"""The subprocesses of ``--env.vectorization async`` (Gymnasium's ``AsyncVectorEnv``, and the
+Meta-World pool's workers, ``envs/episodic_pool.py``) ignore SIGINT and SIGHUP: their training
+process stops them (``close``) after its final checkpoint.
 
 A terminal's Ctrl-C (and its hangup) reaches every process of its foreground group, the env
 subprocesses too. Under the forkserver and spawn start methods a subprocess died of
@@ -23,11 +24,16 @@ from gymnasium.vector.async_vector_env import _async_worker
 IGNORED = (signal.SIGINT, signal.SIGHUP)
 
 
-def worker(*args: Any) -> None:
-    """Gymnasium's ``AsyncVectorEnv`` loop (its arguments as they come), the signals ignored."""
+def ignore_signals() -> None:
+    """Ignore ``IGNORED`` in this env subprocess (and unblock them: ``starting`` blocked them)."""
     for s in IGNORED:
         signal.signal(s, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, IGNORED)
+
+
+def worker(*args: Any) -> None:
+    """Gymnasium's ``AsyncVectorEnv`` loop (its arguments as they come), the signals ignored."""
+    ignore_signals()
     _async_worker(*args)
 
 

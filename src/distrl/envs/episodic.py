@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from distrl.config import EnvConfig
 from distrl.envs.core import VecEnv
 
 
@@ -60,6 +61,19 @@ class EpisodicSuite:
 
     task_names: tuple[str, ...]
     make_task_env: Callable[..., EpisodicVecEnv]
+    pooled: bool = False
+    """``make_task_env`` also takes ``vectorization`` and ``num_workers`` (--env.vectorization
+    async: the rows stepped in a pool of subprocesses, ``envs/episodic_pool.py``)."""
+
+    def make_training_env(
+        self, name: str, num_envs: int, device: torch.device, env: EnvConfig
+    ) -> EpisodicVecEnv:
+        """Task ``name``'s training env as --env.* asks (its time limit; how its rows are
+        stepped where the suite is ``pooled``)."""
+        how = {"vectorization": env.vectorization, "num_workers": env.num_workers}
+        return self.make_task_env(
+            name, num_envs, device, env.max_episode_steps, **(how if self.pooled else {})
+        )
 
     def select(self, names: Sequence[str], flag: str = "--multitask.tasks") -> tuple[str, ...]:
         """The tasks to train, in suite order: ``names`` (every task when empty); ``flag``

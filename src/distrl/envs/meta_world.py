@@ -4,7 +4,9 @@ Meta Reinforcement Learning") as an ``EpisodicVecEnv``: state observations, succ
 
 Needs the ``metaworld`` extra (``pip install -c constraints.txt -e '.[metaworld]'``: metaworld
 3.1.1, which pins mujoco 3.3.0; headless, CPU). The simulator is per env, so rows are stepped in
-a Python loop and observations are converted to one tensor per step.
+a Python loop and observations are converted to one tensor per step; ``make_mt10`` with
+``vectorization="async"`` splits the rows over a pool of subprocesses instead
+(``envs/episodic_pool.py``: the same results, each worker stepping its slice).
 
 Episodes follow the suite convention of ``envs.reach``: reward 1 on the step that succeeds,
 which terminates the episode; truncated after ``max_episode_steps`` (at most Meta-World's 500).
@@ -33,7 +35,8 @@ import numpy as np
 import torch
 
 from distrl.envs.core import ActionSpace
-from distrl.envs.episodic import EpisodicVecEnv
+from distrl.envs.episodic_pool import make_pooled
+from distrl.envs.host_rows import HostRowsEnv
 from distrl.envs.metaworld_3_1_patches import fast_env_class
 from distrl.install import pip_install
 
@@ -72,7 +75,17 @@ def mt10_benchmark(seed: int = 0) -> Any:
     return _metaworld().MT10(seed=seed)
 
 
-class MetaWorldMT10(EpisodicVecEnv):
+def _row_tasks(task: str | Sequence[str], num_envs: int) -> list[str]:
+    row_tasks = [task] * num_envs if isinstance(task, str) else list(task)
+    if len(row_tasks) != num_envs:
+        raise ValueError(f"{len(row_tasks)} task names for {num_envs} envs; give one per env")
+    unknown = sorted(set(row_tasks) - set(MT10_TASKS))
+    if unknown:
+        raise ValueError(f"unknown MT10 task {unknown[0]!r}; tasks: {', '.join(MT10_TASKS)}")
+    return row_tasks
+
+
+class MetaWorldMT10(HostRowsEnv):
     """``num_envs`` MT10 envs: copies of one task, or row i running ``task[i]``. Actions
     [N, 4] in [-1, 1] (clipped). The envs use the exact fast paths above unless
     ``fast_paths=False`` (unmodified Meta-World)."""
@@ -91,12 +104,7 @@ class MetaWorldMT10(EpisodicVecEnv):
         held_out: bool = False,
         fast_paths: bool = True,
     ) -> None:
-        row_tasks = [task] * num_envs if isinstance(task, str) else list(task)
-        if len(row_tasks) != num_envs:
-            raise ValueError(f"{len(row_tasks)} task names for {num_envs} envs; give one per env")
-        unknown = sorted(set(row_tasks) - set(MT10_TASKS))
-        if unknown:
-            raise ValueError(f"unknown MT10 task {unknown[0]!r}; tasks: {', '.join(MT10_TASKS)}")
+        row_tasks = _row_tasks(task, num_envs)
         if reward not in ("success", "dense"):
             raise ValueError(f"reward must be 'success' or 'dense', got {reward!r}")
         bench = mt10_benchmark(HELD_OUT_BENCHMARK_SEED if held_out else benchmark_seed)
@@ -121,41 +129,22 @@ class MetaWorldMT10(EpisodicVecEnv):
         self.action_space = ActionSpace("continuous", low=(-1.0,) * 4, high=(1.0,) * 4)
         self.generator = torch.Generator().manual_seed(0)
         self.elapsed = np.zeros(num_envs, dtype=np.int64)
-        self._obs = np.zeros((num_envs, self.obs_dim), dtype=np.float32)
+        self.obs_rows = np.zeros((num_envs, self.obs_dim), dtype=np.float32)
         if one_hot:
-            self._obs[np.arange(num_envs), [STATE_DIM + MT10_TASKS.index(t) for t in row_tasks]] = 1
-        self._start(range(num_envs), [0] * num_envs)
+            ids = [STATE_DIM + MT10_TASKS.index(t) for t in row_tasks]
+            self.obs_rows[np.arange(num_envs), ids] = 1
+        self.start_rows(range(num_envs), [0] * num_envs)
 
-    def _start(self, rows: Any, variants: Any) -> None:
-        for row, v in zip(rows, variants, strict=True):
+    def start_rows(self, rows: Sequence[int] | np.ndarray, inits: Sequence[int]) -> None:
+        for row, v in zip(rows, inits, strict=True):
             env = self.envs[row]
             env.set_task(self._variants[self.row_tasks[row]][int(v)])
             obs, _ = env.reset()
-            self._obs[row, :STATE_DIM] = obs
+            self.obs_rows[row, :STATE_DIM] = obs
             self.elapsed[row] = 0
 
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(array.copy())
-        return tensor if self.device.type == "cpu" else tensor.to(self.device)
-
-    def _random_variants(self, n: int) -> list[int]:
-        return torch.randint(self.num_init_states, (n,), generator=self.generator).tolist()
-
-    def reset(self, seed: int | None = None) -> torch.Tensor:
-        if seed is not None:
-            self.generator.manual_seed(seed)
-        self._start(range(self.num_envs), self._random_variants(self.num_envs))
-        return self._tensor(self._obs)
-
-    def reset_rows(self, mask: torch.Tensor, init_indices: torch.Tensor) -> torch.Tensor:
-        rows = mask.nonzero().flatten().tolist()
-        self._start(rows, init_indices.cpu()[rows].tolist())
-        return self._tensor(self._obs)
-
-    def step(
-        self, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        acts = actions.detach().to("cpu", torch.float32).clamp(-1.0, 1.0).numpy()
+    def advance(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        acts = np.clip(actions, -1.0, 1.0)
         dense_mode = self.reward_mode == "dense"
         rows, rewards, successes = [], [], []
         for env, act in zip(self.envs, acts, strict=True):
@@ -165,25 +154,47 @@ class MetaWorldMT10(EpisodicVecEnv):
             successes.append(succeeded)
             rewards.append(dense if dense_mode else float(succeeded))
         # One cast of all rows (float64 to float32, element by element as a row's would be).
-        self._obs[:, :STATE_DIM] = rows
+        self.obs_rows[:, :STATE_DIM] = rows
         reward = np.array(rewards, dtype=np.float32)
         success = np.array(successes, dtype=bool)
         self.elapsed += 1
         truncated = self.elapsed >= self.max_episode_steps
-        final_obs = self._tensor(self._obs)
-        terminated = success if self.reward_mode == "success" else np.zeros_like(success)
-        done = (terminated | truncated).nonzero()[0]
-        if len(done):  # (drawing no variant leaves the generator as it is)
-            self._start(done, self._random_variants(len(done)))
-        info = {"final_obs": final_obs, "success": self._tensor(success)}
-        return (
-            self._tensor(self._obs),
-            self._tensor(reward),
-            self._tensor(terminated),
-            self._tensor(truncated),
-            info,
-        )
+        terminated = np.zeros_like(success) if dense_mode else success
+        return reward, terminated, truncated, success
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def _rows(row_tasks: list[str], options: dict[str, Any], lo: int, hi: int) -> MetaWorldMT10:
+    """Rows lo..hi-1 of a pooled env (built in its worker, on the CPU)."""
+    return MetaWorldMT10(row_tasks[lo:hi], hi - lo, "cpu", **options)
+
+
+def make_mt10(
+    task: str | Sequence[str],
+    num_envs: int,
+    device: torch.device | str = "cpu",
+    max_episode_steps: int | None = None,
+    *,
+    vectorization: str = "sync",
+    num_workers: int = 0,
+    start_method: str | None = None,
+    **options: Any,
+) -> HostRowsEnv:
+    """``MetaWorldMT10(task, num_envs, device, max_episode_steps, **options)`` stepped in this
+    process (``vectorization="sync"``), or with its rows split over ``num_workers`` subprocesses
+    (``"async"``: ``envs.episodic_pool``, the same results; 0 workers: one per core of this rank,
+    at most one per row), in this process after a warning if the pool cannot start."""
+    serial = functools.partial(MetaWorldMT10, task, num_envs, device, max_episode_steps, **options)
+    if vectorization == "sync":
+        return serial()
+    row_tasks = _row_tasks(task, num_envs)
+    # Built here once (MT10's 500 resets): forked workers inherit it instead of each building it.
+    mt10_benchmark(HELD_OUT_BENCHMARK_SEED if options.get("held_out") else
+                   options.get("benchmark_seed", 0))  # fmt: skip
+    make_rows = functools.partial(_rows, row_tasks, {"max_episode_steps": max_episode_steps,
+                                                     **options})  # fmt: skip
+    what = "MT10" if len(set(row_tasks)) > 1 else row_tasks[0]
+    return make_pooled(make_rows, serial, num_envs, num_workers, device, what, start_method)

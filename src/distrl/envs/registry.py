@@ -69,6 +69,9 @@ class Task:
     passed to ``distrl.train``; set by ``register_task(..., hooks=)``."""
     gymnasium: bool = False
     """Steps Gymnasium envs: ``make_env`` takes --env.vectorization."""
+    pooled: bool = False
+    """Steps host envs that a subprocess pool can step (Meta-World): ``make_env`` takes
+    --env.vectorization and --env.num-workers."""
     check: Callable[[TrainConfig], None] | None = None
     """Raises ValueError naming the fix for a config this task cannot train (a VectorEnv
     instance's fixed env count); ``distrl train`` runs it before anything starts."""
@@ -319,29 +322,31 @@ def _mt10_task_env(
     device: torch.device,
     max_episode_steps: int | None = None,
     held_out: bool = False,
+    **how: Any,
 ) -> EpisodicVecEnv:
-    from distrl.envs.meta_world import MetaWorldMT10
+    """``how``: vectorization, num_workers (``meta_world.make_mt10``)."""
+    from distrl.envs.meta_world import make_mt10
 
-    return MetaWorldMT10(name, num_envs, device, max_episode_steps, held_out=held_out)
+    return make_mt10(name, num_envs, device, max_episode_steps, held_out=held_out, **how)
 
 
 def _mt10_mixed_env(
-    num_envs: int, device: torch.device, max_episode_steps: int | None = None
+    num_envs: int, device: torch.device, max_episode_steps: int | None = None, **how: Any
 ) -> VecEnv:
     """Every MT10 task in one batch for PPO (row i runs task i mod 10), Meta-World's dense
     reward, episodes that go on after success (``MetaWorldMT10``, ``reward="dense"``)."""
-    from distrl.envs.meta_world import MT10_TASKS, MetaWorldMT10
+    from distrl.envs.meta_world import MT10_TASKS, make_mt10
 
     tasks = [MT10_TASKS[i % len(MT10_TASKS)] for i in range(num_envs)]
-    return MetaWorldMT10(tasks, num_envs, device, max_episode_steps, reward="dense")
+    return make_mt10(tasks, num_envs, device, max_episode_steps, reward="dense", **how)
 
 
 def _mt10_first_env(
-    num_envs: int, device: torch.device, max_episode_steps: int | None = None
+    num_envs: int, device: torch.device, max_episode_steps: int | None = None, **how: Any
 ) -> VecEnv:
     from distrl.envs.meta_world import MT10_TASKS
 
-    return _mt10_task_env(MT10_TASKS[0], num_envs, device, max_episode_steps)
+    return _mt10_task_env(MT10_TASKS[0], num_envs, device, max_episode_steps, **how)
 
 
 def _reach_names() -> tuple[str, ...]:
@@ -371,7 +376,8 @@ _EPISODIC: dict[str, Task] = {
         "per task as init states",
         make_env=_mt10_first_env,
         default_config=TUNED["metaworld-mt10"],
-        suite=EpisodicSuite(_mt10_names(), _mt10_task_env),
+        suite=EpisodicSuite(_mt10_names(), _mt10_task_env, pooled=True),
+        pooled=True,
     ),
 }
 
@@ -394,6 +400,7 @@ _METAWORLD_PPO = Task(
     default_config=TUNED["metaworld-mt10-ppo"],
     preflight=_require_metaworld,
     held_out_suite=EpisodicSuite(_mt10_names(), _mt10_task_env),
+    pooled=True,
 )
 _BUILTINS[_METAWORLD_PPO.name] = _METAWORLD_PPO
 
@@ -659,13 +666,14 @@ def task_name(env: Any) -> str:
 
 def check_config(cfg: TrainConfig) -> None:
     """Refuse a config that task ``cfg.task`` cannot train, naming the fix (``Task.check``;
-    --env.vectorization async on a task that steps no Gymnasium envs)."""
+    --env.vectorization async on a task that steps neither Gymnasium nor Meta-World envs)."""
     task = get_task(cfg.task)
-    if cfg.env.vectorization != "sync" and not task.gymnasium:
+    if cfg.env.vectorization != "sync" and not (task.gymnasium or task.pooled):
         raise ValueError(
-            f"--env.vectorization {cfg.env.vectorization} runs Gymnasium envs in subprocesses, "
-            f"and task {cfg.task!r} steps batched torch envs itself; leave it at sync (a "
-            f"Gymnasium task takes it: gym:<Id>, register_task(name, gym=...))"
+            f"--env.vectorization {cfg.env.vectorization} runs Gymnasium or Meta-World envs in "
+            f"subprocesses, and task {cfg.task!r} steps batched torch envs itself; leave it at "
+            f"sync (a Gymnasium task takes it: gym:<Id>, register_task(name, gym=...); so do "
+            f"metaworld-mt10 and metaworld-mt10-ppo)"
         )
     if task.check is not None:
         task.check(cfg)
@@ -682,4 +690,8 @@ def make_env(cfg: TrainConfig, device: torch.device | str) -> VecEnv:
     args = (cfg.env.num_envs, torch.device(device), cfg.env.max_episode_steps)
     if task.gymnasium:
         return task.make_env(*args, vectorization=cfg.env.vectorization)
+    if task.pooled:
+        return task.make_env(
+            *args, vectorization=cfg.env.vectorization, num_workers=cfg.env.num_workers
+        )
     return task.make_env(*args)

@@ -70,12 +70,12 @@ class EpisodicRunner(Runner):
         self.mt = cfg.multitask
         self.task_names = suite.select(self.mt.tasks)
         T, C = len(self.task_names), strategy.num_collectors
-        dev, n, limit = torch.device(device), cfg.env.num_envs, cfg.env.max_episode_steps
+        dev, n = torch.device(device), cfg.env.num_envs
         # Tasks are sharded over the collecting ranks; only this rank's are built (a parameter
         # server builds one env of one row, for the spaces). Task ids index ``task_names``.
         shard = task_shard(strategy.collector_index, T, C) if strategy.role.collector else []
         self.envs: dict[int, EpisodicVecEnv] = {
-            t: suite.make_task_env(self.task_names[t], n, dev, limit) for t in shard
+            t: suite.make_training_env(self.task_names[t], n, dev, cfg.env) for t in shard
         }
         env = self.envs[shard[0]] if shard else suite.make_task_env(self.task_names[0], 1, dev, 1)
         states = {t: e.num_init_states for t, e in self.envs.items()}

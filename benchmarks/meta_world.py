@@ -1,7 +1,11 @@
 """`distrl bench metaworld`: Meta-World env-steps/s of distrl's ``MetaWorldMT10`` (its exact fast
 paths) against Gymnasium's ``SyncVectorEnv`` over the same unmodified Meta-World envs, one
 process, same random actions. The two are timed alternately, ``repeats`` times each, and the
-ratio is the median of the per-repeat ratios (so a slow moment of the machine hits both)."""
+ratio is the median of the per-repeat ratios (so a slow moment of the machine hits both).
+
+``--pool-workers P`` adds a third side, timed in the same alternation: the same env with its
+rows split over P subprocesses (``--env.vectorization async``, ``envs/episodic_pool.py``);
+``pool_ratio`` is its per-repeat median ratio to the in-process ``MetaWorldMT10``."""
 
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ class MetaWorldArgs:
     """Timed runs of each side, alternating; medians are reported."""
     threads: int = 1
     """Intra-op threads."""
+    pool_workers: int = 0
+    """Also time the env stepped by this many subprocesses (0: not)."""
     out: str | None = None
     """Results directory (default bench_out/metaworld)."""
 
@@ -55,26 +61,43 @@ def _sync_env(task: str, num_envs: int) -> Any:
 
 
 def measure_task(a: MetaWorldArgs, task: str) -> dict:
-    from distrl.envs.meta_world import MetaWorldMT10
+    from distrl.envs.meta_world import MetaWorldMT10, make_mt10
 
     ours = MetaWorldMT10(task, a.num_envs)
+    pool = None
+    if a.pool_workers:
+        pool = make_mt10(task, a.num_envs, vectorization="async", num_workers=a.pool_workers)
     sync = _sync_env(task, a.num_envs)
     sync.reset(seed=0)
     rng = np.random.default_rng(0)
-    ours_sps, sync_sps = [], []
+    ours_sps, sync_sps, pool_sps = [], [], []
+
+    def rate(step: Any, batch: Any) -> float:
+        t0 = time.perf_counter()
+        for act in batch:
+            step(act)
+        return a.num_envs * a.steps / (time.perf_counter() - t0)
+
     for _ in range(a.repeats):
         actions = rng.uniform(-1, 1, (a.steps, a.num_envs, 4)).astype(np.float32)
         batch = torch.from_numpy(actions)
-        t0 = time.perf_counter()
-        for act in batch:
-            ours.step(act)
-        ours_sps.append(a.num_envs * a.steps / (time.perf_counter() - t0))
-        t0 = time.perf_counter()
-        for act in actions:
-            sync.step(act)
-        sync_sps.append(a.num_envs * a.steps / (time.perf_counter() - t0))
+        ours_sps.append(rate(ours.step, batch))
+        if pool is not None:
+            pool_sps.append(rate(pool.step, batch))
+        sync_sps.append(rate(sync.step, actions))
     ours.close()
     sync.close()
+    pooled = {}
+    if pool is not None:
+        pool.close()
+        pool_ratios = [p / o for p, o in zip(pool_sps, ours_sps, strict=True)]
+        pooled = {
+            "pool_workers": a.pool_workers,
+            "pool_sps": statistics.median(pool_sps),
+            "pool_ratio": statistics.median(pool_ratios),
+            "pool_ratio_min": min(pool_ratios),
+            "pool_ratio_max": max(pool_ratios),
+        }
     ratios = [o / s for o, s in zip(ours_sps, sync_sps, strict=True)]
     return {
         "task": task,
@@ -87,6 +110,7 @@ def measure_task(a: MetaWorldArgs, task: str) -> dict:
         "ratio": statistics.median(ratios),
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
+        **pooled,
     }
 
 
@@ -104,6 +128,8 @@ def metaworld(a: MetaWorldArgs) -> list[dict]:
             f"--num-envs, --steps and --repeats must be >= 1, got "
             f"{a.num_envs}, {a.steps}, {a.repeats}"
         )
+    if not 0 <= a.pool_workers <= a.num_envs:
+        raise ValueError(f"--pool-workers must be in 0..{a.num_envs}, got {a.pool_workers}")
     out = common.out_dir(a.out, "metaworld")
     m = common.header("Meta-World env-steps/s: MetaWorldMT10 vs Gymnasium SyncVectorEnv")
     torch.set_num_threads(a.threads)
@@ -112,6 +138,7 @@ def metaworld(a: MetaWorldArgs) -> list[dict]:
         row = measure_task(a, task)
         rows.append({**row, **{k: m[k] for k in ("cpu", "cores", "torch")}})
         common.console.print(f"{task}: {row['ratio']:.2f} x")
+    pool_columns = [("pool", "pool_sps"), ("pool / distrl", "pool_ratio")]
     common.show(
         "env-steps/s per process (median of alternating runs)",
         rows,
@@ -122,6 +149,7 @@ def metaworld(a: MetaWorldArgs) -> list[dict]:
             ("ratio", "ratio"),
             ("min", "ratio_min"),
             ("max", "ratio_max"),
+            *(pool_columns if a.pool_workers else []),
         ],
     )
     common.write_csv(out / "metaworld.csv", rows)

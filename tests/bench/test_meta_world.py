@@ -31,3 +31,12 @@ def test_bench_metaworld_refuses_unknown_tasks_and_zero_steps(capsys) -> None:
     assert "unknown MT10 task" in capsys.readouterr().err
     assert bench_main(["metaworld", "--tasks", "reach-v3", "--steps", "0"]) == 2
     assert "--steps" in capsys.readouterr().err
+
+
+def test_bench_metaworld_times_the_pool_as_a_third_side(tmp_path) -> None:
+    (row,) = metaworld(MetaWorldArgs(tasks="reach-v3", num_envs=2, steps=20, repeats=3,
+                                     pool_workers=2, out=str(tmp_path)))  # fmt: skip
+    assert row["pool_sps"] > 0 and row["pool_workers"] == 2
+    assert row["pool_ratio_min"] <= row["pool_ratio"] <= row["pool_ratio_max"]
+    assert bench_main(["metaworld", "--tasks", "reach-v3", "--num-envs", "2",
+                       "--pool-workers", "3"]) == 2  # fmt: skip

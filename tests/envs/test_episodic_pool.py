@@ -196,3 +196,29 @@ def test_actions_reach_the_rows_in_order() -> None:
         assert torch.equal(reward, acts[:, 0]) and np.array_equal(p.obs_rows[:, 0], np.arange(5))
     finally:
         p.close()
+
+
+def test_async_is_taken_by_the_meta_world_tasks_and_refused_by_torch_ones(metaworld) -> None:
+    from distrl.config import TrainConfig
+    from distrl.envs.registry import check_config
+
+    for task in ("metaworld-mt10", "metaworld-mt10-ppo"):
+        check_config(TrainConfig(task=task, env=EnvConfig(vectorization="async")))
+    with pytest.raises(ValueError, match="so do metaworld-mt10 and metaworld-mt10-ppo"):
+        check_config(TrainConfig(task="reach10", env=EnvConfig(vectorization="async")))
+
+
+@pytest.mark.long  # two ranks, each building MT10 and two pools of 2 workers: ~60-90 s
+@pytest.mark.timeout(300)
+def test_metaworld_trains_on_two_ranks_with_pooled_envs(metaworld, tmp_path) -> None:
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "distrl.cli", "train", "metaworld-mt10", "--nproc", "2"]
+    cmd += ["--env.vectorization", "async", "--env.num-workers", "2"]
+    cmd += ["--agent.max-iterations", "2", "--env.max-episode-steps", "50"]
+    cmd += ["--run-dir", str(run), "--progress", "False", "--tensorboard", "False"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "could not start" not in proc.stderr, proc.stderr[-3000:]
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2, lines

@@ -39,18 +39,9 @@ spelling does not exist."""
 BOOL_VALUES = ("True", "False")
 
 
-def bool_flags(cls: type, prefix: str = "") -> list[str]:
+def bool_flags(cls: type) -> list[str]:
     """The boolean flags of dataclass ``cls``, without their dashes (``env.check-finite``)."""
-    hints = typing.get_type_hints(cls, include_extras=True)
-    out: list[str] = []
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
-        if dataclasses.is_dataclass(base):
-            out += bool_flags(typing.cast(type, base), f"{prefix}{f.name}.")
-        elif base is bool:
-            out.append(prefix + f.name.replace("_", "-"))
-    return out
+    return [leaf.flag for leaf in quick_flags.leaves(cls) if leaf.hint is bool]
 
 
 def check_bool_spelling(cls: type, argv: Sequence[str]) -> None:
@@ -311,21 +302,14 @@ def _take_algorithm_flag(argv: list[str]) -> tuple[str | None, list[str]]:
     return name, rest
 
 
-def flag_names(cls: type = TrainConfig, prefix: str = "", aliases: bool = False) -> list[str]:
+def flag_names(cls: type = TrainConfig, aliases: bool = False) -> list[str]:
     """Every override flag of dataclass ``cls``, without its dashes (``agent.learning-rate``);
     ``aliases``: theirs too (``tyro.conf.arg(aliases=...)``)."""
-    hints = typing.get_type_hints(cls, include_extras=True)
     out: list[str] = []
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        annotated = typing.get_origin(hint) is typing.Annotated
-        base, *extras = typing.get_args(hint) if annotated else (hint,)
-        if dataclasses.is_dataclass(base):
-            out += flag_names(typing.cast(type, base), f"{prefix}{f.name}.", aliases)
-            continue
-        out.append(prefix + f.name.replace("_", "-"))
-        for extra in extras if aliases else ():
-            out += [a.lstrip("-") for a in getattr(extra, "aliases", None) or ()]
+    for leaf in quick_flags.leaves(cls):
+        out.append(leaf.flag)
+        for marker in leaf.markers if aliases else ():
+            out += [a.lstrip("-") for a in getattr(marker, "aliases", None) or ()]
     return out
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import types
 import typing
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import tyro  # (imported by distrl.config already: its markers are read, no parser built)
 
@@ -24,24 +24,49 @@ from distrl.config import TrainConfig
 _NONE = object()  # (a field that takes None: the word "None")
 
 
+class Leaf(NamedTuple):
+    """One field of a config tree that is not itself a section."""
+
+    flag: str
+    """Its flag without the dashes: ``agent.learning-rate``."""
+    path: str
+    """Its dotted field path: ``agent.learning_rate``."""
+    hint: Any
+    """Its type, out of any ``Annotated``."""
+    markers: tuple[Any, ...]
+    """The ``Annotated`` markers (tyro's aliases and the like)."""
+
+
 @functools.cache
-def scalar_fields(cls: type = TrainConfig, prefix: str = "") -> dict[str, tuple[str, Any]]:
-    """Flag (``agent.learning-rate``) -> (dotted field path, its type) for every field of
-    ``cls`` and its sections whose type is a plain scalar: int, float, str, bool, a Literal of
-    strings, or one of them or None. An annotated field (aliases, tyro markers) is left out."""
+def leaves(cls: type = TrainConfig) -> tuple[Leaf, ...]:
+    """Every leaf field of dataclass ``cls`` and its sections, in declaration order: the one
+    walk of the config tree that the flag lists (``args.flag_names``, ``args.bool_flags``) and
+    this module's fast path share."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    out: dict[str, tuple[str, Any]] = {}
+    out: list[Leaf] = []
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
-        if typing.get_origin(hint) is typing.Annotated:  # aliases only: the own name is plain
-            hint, *extras = typing.get_args(hint)
-            if not all(_aliases_only(x) for x in extras):
-                continue
-        if dataclasses.is_dataclass(hint):
-            out |= scalar_fields(typing.cast(type, hint), f"{prefix}{f.name}.")
-        elif _scalar(hint):
-            out[(prefix + f.name).replace("_", "-")] = (prefix + f.name, hint)
-    return out
+        annotated = typing.get_origin(hint) is typing.Annotated
+        base, *markers = typing.get_args(hint) if annotated else (hint,)
+        if dataclasses.is_dataclass(base):
+            for leaf in leaves(typing.cast(type, base)):
+                path = f"{f.name}.{leaf.path}"
+                out.append(leaf._replace(flag=path.replace("_", "-"), path=path))
+        else:
+            out.append(Leaf(f.name.replace("_", "-"), f.name, base, tuple(markers)))
+    return tuple(out)
+
+
+@functools.cache
+def scalar_fields() -> dict[str, tuple[str, Any]]:
+    """Flag (``agent.learning-rate``) -> (dotted field path, its type) for every leaf of
+    ``TrainConfig`` whose type is a plain scalar: int, float, str, bool, a Literal of strings,
+    or one of them or None. A field with tyro markers other than aliases is left out."""
+    return {
+        leaf.flag: (leaf.path, leaf.hint)
+        for leaf in leaves()
+        if _scalar(leaf.hint) and all(_aliases_only(m) for m in leaf.markers)
+    }
 
 
 def _aliases_only(marker: Any) -> bool:

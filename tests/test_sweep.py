@@ -149,3 +149,34 @@ def test_nproc_trials_run_under_the_launcher_and_prune_while_it_runs(tmp_path):
     assert "nproc: 2" in config and "distributed: true" in config  # the ranks rewrote it
     assert 1 <= len(read_metrics(sweep_dir / "trial_0")) < 30
     assert list((sweep_dir / "trial_0" / "checkpoints").glob("ckpt_*.pt"))
+
+
+@pytest.mark.slow
+def test_parallel_trials_train_side_by_side_with_the_cores_split(tmp_path, monkeypatch):
+    """--parallel 2: each trial its own `distrl train` process, two alive at once, each with
+    cores / 2 threads; the trials end as a sequential sweep's do."""
+    import os
+
+    import yaml
+
+    from distrl import sweep
+
+    launched: list = []
+    alive_at_launch: list[int] = []
+
+    def launch(cfg):
+        alive_at_launch.append(sum(p.poll() is None for p in launched))
+        launched.append(real(cfg))
+        return launched[-1]
+
+    real = sweep._launch
+    monkeypatch.setattr(sweep, "_launch", launch)
+    sweep_dir = tmp_path / "sw"
+    args = sweep.SweepArgs(task="cartpole", trials=3, parallel=2, sweep_dir=str(sweep_dir))
+    sweep.run_sweep(args, TINY, say=lambda _: None)
+    assert [r["state"] for r in rows(sweep_dir)] == ["COMPLETE"] * 3
+    assert max(alive_at_launch) == 1 and len(launched) == 3
+    cores = len(os.sched_getaffinity(0))
+    for k in range(3):
+        config = yaml.safe_load((sweep_dir / f"trial_{k}" / "config.yaml").read_text())
+        assert config["threads"] == max(1, cores // 2)

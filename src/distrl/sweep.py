@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import datetime
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -138,6 +139,9 @@ class SweepArgs:
     """Whether a higher --metric is better (returns) or a lower one (a loss)."""
     nproc: int = 1
     """Ranks per trial: 1 trains in this process, N launches distrl train --nproc N."""
+    parallel: int = 1
+    """Trials trained side by side, each a ``distrl train`` process of its own with the cores
+    split between them (``--threads`` after ``--`` overrides the split); 1: one at a time."""
     seed: int = 0
     """The sampler's seed (Optuna's TPESampler): the same seed proposes the same trials. The
     runs' own seed is the config's (--seed after --)."""
@@ -320,48 +324,71 @@ def _train_here(cfg: TrainConfig, watch: PruningHooks) -> str | None:
     return result.metrics.get("interrupted")
 
 
-def _watch(proc: subprocess.Popen, metrics: Path, watch: PruningHooks) -> None:
-    """Report each new record of a launched trial until it exits; SIGTERM it when pruned."""
-    seen = 0
-    while True:
-        done = proc.poll() is not None
-        text = metrics.read_text(encoding="utf-8", errors="replace") if metrics.exists() else ""
-        lines = text[: text.rfind("\n") + 1].splitlines()
-        for line in lines[seen:]:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if watch.observe(record) is False:
-                proc.send_signal(signal.SIGTERM)  # every rank stops at one iteration, saved
-        seen = len(lines)
-        if done:
-            break
-        time.sleep(0.5)
+@dataclass
+class _Trial:
+    """One trial of the sweep: in this process (done once started) or a launched run."""
+
+    trial: Any
+    """Its ``optuna.Trial``."""
+    values: dict[str, Any]
+    run_dir: Path
+    watch: PruningHooks
+    proc: subprocess.Popen | None = None
+    seen: int = 0
+    """Lines of its metrics.jsonl read so far."""
+    done: bool = False
+    interrupted: str | None = None
+    """The signal that stopped it, if one did."""
+    error: str = ""
 
 
-def _train_launched(cfg: TrainConfig, watch: PruningHooks) -> str | None:
-    """One trial as ``distrl train --config`` on ``cfg.nproc`` ranks, its records watched."""
-    from distrl import interrupts
-
+def _launch(cfg: TrainConfig) -> subprocess.Popen:
+    """``distrl train --config`` of ``cfg`` (its own ``cfg.nproc`` ranks) in its run dir."""
     run_dir = Path(cfg.run_dir or ".")
     config = run_dir / "config.yaml"
     replace_text(config, yaml.safe_dump(to_dict(cfg), sort_keys=False))
     argv = [sys.executable, "-m", "distrl.cli", "train", "--config", str(config)]
-    proc = subprocess.Popen([*argv, "--run-dir", str(run_dir)])
-    try:
-        _watch(proc, run_dir / "metrics.jsonl", watch)
-    except KeyboardInterrupt:  # Ctrl-C reached the launcher too: its ranks stop and save
-        proc.wait()
-        return "SIGINT"
-    code = proc.returncode
+    return subprocess.Popen([*argv, "--run-dir", str(run_dir)])
+
+
+def _poll(t: _Trial) -> bool:
+    """Report a launched trial's new records, SIGTERM it once pruned (every rank stops at one
+    iteration, saved); whether it has ended (its outcome set)."""
+    if t.done or t.proc is None:
+        return True
+    ended = t.proc.poll() is not None
+    metrics = t.run_dir / "metrics.jsonl"
+    text = metrics.read_text(encoding="utf-8", errors="replace") if metrics.exists() else ""
+    lines = text[: text.rfind("\n") + 1].splitlines()
+    for line in lines[t.seen :]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if t.watch.observe(record) is False:
+            t.proc.send_signal(signal.SIGTERM)
+    t.seen = len(lines)
+    if ended:
+        t.done = True
+        try:
+            t.interrupted = _exit_outcome(t.proc.returncode, t.watch)
+        except RuntimeError as e:
+            t.error = str(e)
+    return t.done
+
+
+def _exit_outcome(code: int, watch: PruningHooks) -> str | None:
+    """A launched trial's exit code as the signal that interrupted it (None: it ended, or was
+    pruned); RuntimeError for a failure."""
+    from distrl import interrupts
+
     if watch.pruned_at is not None and code in (0, interrupts.exit_code("SIGTERM")):
         return None
     names = {interrupts.exit_code(s.name): s.name for s in interrupts.SIGNALS}
     if code in names:
         return names[code]
     if code != 0:
-        raise RuntimeError(f"distrl train --nproc {cfg.nproc} exited with code {code}")
+        raise RuntimeError(f"its distrl train exited with code {code}")
     return None
 
 
@@ -456,8 +483,8 @@ def run_sweep(
     check_compatible(base, base.nproc)  # once, not in every trial: the strategy, the algorithm
     where = f"--space {args.space}" if args.resume is None else f"{sweep_dir}/sweep.yaml space"
     space = search_space(base, s["space"], where)
-    if args.trials < 1 or int(s["last"]) < 1:
-        raise ValueError("--trials and --last must be at least 1")
+    if args.trials < 1 or int(s["last"]) < 1 or args.parallel < 1:
+        raise ValueError("--trials, --last and --parallel must be at least 1")
     if pruner is None:
         if s.get("prune_warmup") is None:
             s["prune_warmup"] = base.agent.max_iterations // 5
@@ -477,39 +504,75 @@ def run_sweep(
     )
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         study.tell(t.number, state=optuna.trial.TrialState.FAIL)  # a sweep stopped mid-trial
-    # A resumed sweep's sampler draws on from where it stopped, not its first proposals again
-    study.sampler = optuna.samplers.TPESampler(seed=int(s["seed"]) + len(study.trials))
+    # A resumed sweep's sampler draws on from where it stopped, not its first proposals again;
+    # trials side by side: a running trial counts as its worst, so the next is drawn elsewhere
+    study.sampler = optuna.samplers.TPESampler(
+        seed=int(s["seed"]) + len(study.trials), constant_liar=args.parallel > 1
+    )
     meaning = f"the mean of {s['metric']} over a trial's last {int(s['last'])} records"
     result = SweepResult(sweep_dir, study, args.trials, value=meaning)
-    while len(study.trials) < args.trials and result.interrupted is None:
+    launched = base.nproc > 1 or args.parallel > 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(1, (cores or 1) // (args.parallel * base.nproc))
+    running: list[_Trial] = []
+
+    def start() -> _Trial:
         trial = study.ask()
         values = {p.name: p.suggest(trial) for p in space}
         run_dir = sweep_dir / f"trial_{trial.number}"
         run_dir.mkdir(parents=True, exist_ok=True)
-        watch = PruningHooks(trial, s["metric"], int(s["last"]))
-        state, value, note = optuna.trial.TrialState.FAIL, None, ""
+        t = _Trial(trial, values, run_dir, PruningHooks(trial, s["metric"], int(s["last"])))
         try:
             cfg = dataclasses.replace(with_values(base, values), run_dir=str(run_dir))
-            train = _train_here if cfg.nproc == 1 else _train_launched
-            result.interrupted = train(cfg, watch)
-            value = trial_value(watch.records, s["metric"], int(s["last"]))
-            if result.interrupted is not None:
-                note = f"interrupted by {result.interrupted}"
-            elif watch.pruned_at is not None:
-                state, note = optuna.trial.TrialState.PRUNED, f"pruned at {watch.pruned_at}"
-            elif value is None:
-                note = f"no {s['metric']!r} in {run_dir / 'metrics.jsonl'}"
+            if args.parallel > 1 and cfg.threads is None:
+                cfg = dataclasses.replace(cfg, threads=threads)
+            if launched:
+                t.proc = _launch(cfg)
             else:
-                state = optuna.trial.TrialState.COMPLETE
+                t.interrupted, t.done = _train_here(cfg, t.watch), True
         except (ValueError, RuntimeError) as e:
-            note = str(e)
-        if state == optuna.trial.TrialState.COMPLETE:
-            study.tell(trial, value)
+            t.error, t.done = str(e), True
+        return t
+
+    def conclude(t: _Trial) -> None:
+        value = trial_value(t.watch.records, s["metric"], int(s["last"]))
+        state, note = optuna.trial.TrialState.FAIL, ""
+        if t.error:
+            note = t.error
+        elif t.interrupted is not None:
+            note = f"interrupted by {t.interrupted}"
+        elif t.watch.pruned_at is not None:
+            state, note = optuna.trial.TrialState.PRUNED, f"pruned at {t.watch.pruned_at}"
+        elif value is None:
+            note = f"no {s['metric']!r} in {t.run_dir / 'metrics.jsonl'}"
         else:
-            study.tell(trial, state=state)
+            state = optuna.trial.TrialState.COMPLETE
+        if state == optuna.trial.TrialState.COMPLETE:
+            study.tell(t.trial, value)
+        else:
+            study.tell(t.trial, state=state)
+        result.interrupted = result.interrupted or t.interrupted
         shown = "-" if value is None else f"{value:.4g}"
-        say(f"trial {trial.number}: {state.name.lower()} value {shown} {values} {note}".rstrip())
+        outcome = f"{state.name.lower()} value {shown}"
+        say(f"trial {t.trial.number}: {outcome} {t.values} {note}".rstrip())
         write_csv(study, sweep_dir / "sweep.csv")
+
+    try:
+        while running or (len(study.trials) < args.trials and result.interrupted is None):
+            while (len(running) < args.parallel and len(study.trials) < args.trials
+                   and result.interrupted is None):  # fmt: skip
+                running.append(start())
+            for t in [t for t in running if _poll(t)]:
+                running.remove(t)
+                conclude(t)
+            if running:
+                time.sleep(0.5)
+    except KeyboardInterrupt:  # Ctrl-C reached the trials' launchers too: they stop and save
+        for t in running:
+            if t.proc is not None:
+                t.proc.wait()
+            t.interrupted, t.error = "SIGINT", ""
+            conclude(t)
     write_csv(study, sweep_dir / "sweep.csv")
     return result
 

@@ -205,7 +205,7 @@ def test_a_resumed_sweep_takes_no_import_from_its_file(tmp_path, monkeypatch, ca
     finally:
         IMPORTED[:] = before  # the later tests' resume commands name no --import of this one
     assert marker.exists()
-    assert "--trials and --last must be at least 1" in capsys.readouterr().err
+    assert "--trials, --last and --parallel must be at least 1" in capsys.readouterr().err
     # a task there that would import a module: refused as any file's
     task, marker = _module(tmp_path, "evilsweeptask")
     (sweep_dir / "sweep.yaml").write_text(yaml.safe_dump({**settings, "task": task,

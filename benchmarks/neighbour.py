@@ -49,6 +49,11 @@ class NeighbourArgs:
     environment of both runs."""
     runs: int = 3
     """Runs per setting and placement (alone, beside), alternating."""
+    sweep: bool = False
+    """Time a sweep instead: ``distrl sweep TASK --trials 2`` of two identical trials (a
+    one-value space, no pruning), one at a time (``--parallel 1``) and side by side
+    (``--parallel 2``), alternating: each trial's median time/learn and time/iteration and the
+    sweep's wall time."""
     out: str | None = None
     """Results directory (default bench_out/neighbour)."""
 
@@ -118,7 +123,68 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def _timed_sweep(a: NeighbourArgs, parallel: int, sweep_dir: Path) -> dict[str, float]:
+    """One sweep of two identical trials: its wall time and its trials' medians."""
+    if sweep_dir.exists():
+        subprocess.run(["rm", "-rf", str(sweep_dir)], check=True)
+    sweep_dir.mkdir(parents=True)
+    space = sweep_dir.parent / "one_value_space.yaml"
+    space.write_text("seed: {type: categorical, choices: [1]}\n")
+    cmd = [sys.executable, "-m", "distrl.cli", "sweep", a.task, "--trials", "2"]
+    cmd += ["--parallel", str(parallel), "--pruner", "none", "--space", str(space)]
+    cmd += ["--sweep-dir", str(sweep_dir), "--nproc", str(a.nproc), "--"]
+    cmd += ["--agent.max-iterations", str(a.iterations), "--progress", "False"]
+    cmd += ["--tensorboard", "False"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=_env({}), capture_output=True, text=True, timeout=3600)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    trials = [read_metrics(d / "metrics.jsonl")[a.skip :] for d in sweep_dir.glob("trial_*")]
+    if len(trials) != 2 or not all(trials):
+        raise RuntimeError(f"{sweep_dir}: expected two trials with records past --skip")
+    learn = [statistics.median(r["time/learn"] for r in t) for t in trials]
+    step = [statistics.median(r["time/iteration"] for r in t) for t in trials]
+    return {"wall": wall, "learn": statistics.median(learn), "iter": statistics.median(step)}
+
+
+def sweep(a: NeighbourArgs) -> None:
+    m = common.header(f"{a.task}: a sweep's two trials one at a time and side by side")
+    out = common.out_dir(a.out, "neighbour")
+    got: dict[int, list[dict[str, float]]] = {1: [], 2: []}
+    for i in range(a.runs):
+        for parallel in (1, 2) if i % 2 == 0 else (2, 1):
+            got[parallel].append(_timed_sweep(a, parallel, out / "sweep"))
+    rows = [
+        {
+            "setting": f"sweep --parallel {parallel}",
+            "task": a.task,
+            "nproc": a.nproc,
+            **{f"{k}_s": statistics.median(x[k] for x in runs) for k in ("learn", "iter", "wall")},
+            "runs": a.runs,
+            **{f"machine_{k}": v for k, v in m.items()},
+        }
+        for parallel, runs in got.items()
+    ]
+    common.write_csv(out / "neighbour_sweep.csv", rows)
+    common.show(
+        f"{a.task}, --nproc {a.nproc}: two trials of {a.iterations} iterations, medians over "
+        f"{a.runs} sweeps",
+        rows,
+        [
+            ("setting", "setting"),
+            ("trial learn s", "learn_s"),
+            ("trial iteration s", "iter_s"),
+            ("sweep wall s", "wall_s"),
+        ],
+    )
+    common.console.print(f"CSV: {out / 'neighbour_sweep.csv'}")
+
+
 def neighbour(a: NeighbourArgs) -> None:
+    if a.sweep:
+        sweep(a)
+        return
     m = common.header(f"{a.task}: alone and beside a second distrl run ({a.neighbour})")
     out = common.out_dir(a.out, "neighbour")
     rows = []

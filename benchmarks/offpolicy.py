@@ -7,7 +7,9 @@ scored over 10 episodes with `distrl play` (the greedy one for dqn). Each peer r
 ``peers/sb3_offpolicy.py`` (rl-zoo3's settings for the Gymnasium twin of the task) in the
 Python of ``--peer-python`` (a venv with stable-baselines3), which trains and scores the same
 way. Reported per side: the median training wall time, env-steps/s and final evaluation
-return over the seeds, and the ratio of wall times.
+return over the seeds, and how many seeds' evaluation reached ``--solved``. ``--side`` runs one
+side alone (seeds ``--first-seed`` on); ``--flags`` adds train flags to distrl's runs (a variant
+of its defaults).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from benchmarks import common
 from benchmarks.runs import PYTHON_CLI
@@ -39,6 +43,15 @@ class OffPolicyArgs:
     """Env steps of each run (rl-zoo3's: 50k for DQN on CartPole, 20k on Pendulum)."""
     seeds: int = 3
     """Seeds per side; the sides alternate run by run."""
+    first_seed: int = 0
+    """The first seed (the runs take --first-seed, --first-seed + 1, ...)."""
+    side: Literal["both", "distrl", "sb3"] = "both"
+    """Run both sides, or one alone."""
+    flags: str = ""
+    """More train flags for distrl's runs (a variant of its defaults), given with "=":
+    --flags="--env.num-envs 1 --agent.num-steps 256"."""
+    solved: float = 475.0
+    """The evaluation return a seed must reach to count as solved (CartPole: 475 of 500)."""
     peer_python: str = ".venv-sb3/bin/python"
     """A Python with stable-baselines3 (peers/sb3_offpolicy.py's docstring makes one); empty:
     distrl alone."""
@@ -52,7 +65,7 @@ def _distrl(a: OffPolicyArgs, seed: int, out: Path) -> dict:
         shutil.rmtree(run)
     cmd = [*PYTHON_CLI, "train", a.task, "--algorithm", a.algorithm, "--seed", str(seed)]
     cmd += ["--agent.total-timesteps", str(a.steps), "--run-dir", str(run)]
-    cmd += ["--progress", "False", "--tensorboard", "False"]
+    cmd += ["--progress", "False", "--tensorboard", "False", *shlex.split(a.flags)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -91,13 +104,16 @@ def _peer(a: OffPolicyArgs, seed: int) -> dict:
 def offpolicy(a: OffPolicyArgs) -> list[dict]:
     if a.task not in GYM_TWIN:
         raise ValueError(f"--task {a.task}: choose one of {', '.join(GYM_TWIN)}")
+    if a.side == "sb3" and not a.peer_python:
+        raise ValueError("--side sb3 runs the peer alone: give its --peer-python")
     m = common.header("distrl bench offpolicy")
     out = common.out_dir(a.out, "offpolicy")
     rows = []
-    for seed in range(a.seeds):
-        rows.append(_distrl(a, seed, out))
-        common.console.print(f"distrl seed {seed}: {rows[-1]}")
-        if a.peer_python:
+    for seed in range(a.first_seed, a.first_seed + a.seeds):
+        if a.side != "sb3":
+            rows.append(_distrl(a, seed, out))
+            common.console.print(f"distrl seed {seed}: {rows[-1]}")
+        if a.side != "distrl" and a.peer_python:
             rows.append(_peer(a, seed))
             common.console.print(f"sb3 seed {seed}: {rows[-1]}")
     common.write_csv(out / "per_run.csv", rows)
@@ -116,6 +132,8 @@ def offpolicy(a: OffPolicyArgs) -> list[dict]:
                 "median_wall_s": statistics.median(r["wall_s"] for r in mine),
                 "median_sps": statistics.median(r["sps"] for r in mine),
                 "median_eval_return": statistics.median(r["eval_return_mean"] for r in mine),
+                "solved": sum(r["eval_return_mean"] >= a.solved for r in mine),
+                "flags": a.flags if side == "distrl" else "",
                 "eval_returns": " ".join(f"{r['eval_return_mean']:.1f}" for r in mine),
                 "cpu": m["cpu"],
                 "cores": m["cores"],
@@ -124,6 +142,7 @@ def offpolicy(a: OffPolicyArgs) -> list[dict]:
             }
         )
     common.write_csv(out / "summary.csv", summary)
-    cols = ["side", "runs", "median_wall_s", "median_sps", "median_eval_return", "eval_returns"]
+    cols = ["side", "runs", "solved", "median_wall_s", "median_sps", "median_eval_return"]
+    cols += ["eval_returns"]
     common.print_table(f"{a.algorithm} on {a.task}, {a.steps:,} env steps", summary, cols)
     return summary

@@ -1,0 +1,65 @@
+"""`distrl bench offpolicy`'s --side, --first-seed, --flags and solved count, with both sides'
+runs stubbed (tests/bench/test_offpolicy.py trains for real, as a long test)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import offpolicy as bench
+
+
+def _stub_sides(monkeypatch) -> list[tuple[str, int, str]]:
+    """Both sides' runs replaced by stubs that record (side, seed, flags) and score seed 4 and
+    up as solved."""
+    calls: list[tuple[str, int, str]] = []
+
+    def row(side: str, seed: int) -> dict:
+        ret = 500.0 if seed >= 4 else 100.0
+        return {"side": side, "seed": seed, "steps": 10, "wall_s": 1.0, "sps": 10.0,
+                "eval_return_mean": ret, "eval_return_std": 0.0}  # fmt: skip
+
+    def distrl(a, seed, out):
+        calls.append(("distrl", seed, a.flags))
+        return row("distrl", seed)
+
+    def peer(a, seed):
+        calls.append(("sb3", seed, a.flags))
+        return row("sb3", seed)
+
+    monkeypatch.setattr(bench, "_distrl", distrl)
+    monkeypatch.setattr(bench, "_peer", peer)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("side", "sides"), [("both", ["distrl", "sb3"]), ("distrl", ["distrl"]), ("sb3", ["sb3"])]
+)
+def test_runs_the_sides_asked_from_the_first_seed(tmp_path, monkeypatch, side, sides):
+    calls = _stub_sides(monkeypatch)
+    args = bench.OffPolicyArgs(algorithm="dqn", task="cartpole", seeds=3, first_seed=3,
+                               side=side, flags="--env.num-envs 1", out=str(tmp_path))  # fmt: skip
+    summary = bench.offpolicy(args)
+    assert calls == [(s, seed, "--env.num-envs 1") for seed in (3, 4, 5) for s in sides]
+    assert [r["side"] for r in summary] == sides
+    assert all(r["runs"] == 3 and r["solved"] == 2 for r in summary)  # seeds 4 and 5
+
+
+def test_flags_reach_distrl_train(tmp_path, monkeypatch):
+    seen: list[list[str]] = []
+
+    def run(cmd, **kwargs):
+        seen.append(cmd)
+        raise RuntimeError("stop")  # the command is all this test reads
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    flags = "--env.num-envs 1 --agent.num-steps 256"
+    args = bench.OffPolicyArgs(algorithm="dqn", task="cartpole", flags=flags)
+    with pytest.raises(RuntimeError, match="stop"):
+        bench._distrl(args, 0, tmp_path)
+    assert seen[0][-4:] == ["--env.num-envs", "1", "--agent.num-steps", "256"]
+
+
+def test_the_peer_alone_needs_its_python(tmp_path):
+    args = bench.OffPolicyArgs(task="cartpole", side="sb3", peer_python="", out=str(tmp_path))
+    with pytest.raises(ValueError, match="--peer-python"):
+        bench.offpolicy(args)

@@ -80,8 +80,9 @@ class PolicyConfig:
     state-dependent log std squashed by tanh into the bounds (SAC); tanh, a deterministic
     action squashed into the bounds (TD3). The deterministic action is the squashed mean."""
     layer_norm: bool = False
-    """LayerNorm after every hidden layer of the MLP bodies (PQN's default: it trains its Q
-    network without a target network or replay)."""
+    """LayerNorm after every hidden layer of the MLP bodies, and in nature-cnn and minatar-cnn
+    before each ReLU (PQN's default: it trains its Q network without a target network or
+    replay)."""
     mapping: Literal["shared", "per-group"] = "shared"
     """Multi-agent tasks (PettingZoo): shared, one policy acts for every agent (its group's
     one-hot leads each row when the agents form two groups or more); per-group, each group of

@@ -45,9 +45,23 @@ def _init(layer: nn.Module, gain: float = math.sqrt(2.0)) -> nn.Module:
     return layer
 
 
+class ChannelLayerNorm(nn.Module):
+    """LayerNorm over the channels of each position of [N, C, H, W] maps (Flax's
+    ``nn.LayerNorm`` on NHWC, as PQN's MinAtar network applies it after its convolution)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
 class ConvEncoder(nn.Module):
     """uint8 (or float) rows [N, C*H*W] -> features [N, out]: convolutions with ReLU, a
-    flatten, one linear layer with ReLU. ``convs``: (channels, kernel, stride) per layer."""
+    flatten, one linear layer with ReLU. ``convs``: (channels, kernel, stride) per layer.
+    ``layer_norm``: a LayerNorm before each ReLU (over the channels after a convolution), as
+    PQN's MinAtar and Atari networks (Gallici et al. 2025; ``--policy.layer-norm``)."""
 
     def __init__(
         self,
@@ -55,6 +69,7 @@ class ConvEncoder(nn.Module):
         convs: tuple[tuple[int, int, int], ...],
         out: int,
         scale: float,
+        layer_norm: bool = False,
     ):
         super().__init__()
         if len(obs_shape) != 3:
@@ -72,9 +87,11 @@ class ConvEncoder(nn.Module):
                     f"{kernel}x{kernel} convolution (at {h}x{w}); pick a network for their size "
                     f"(nature-cnn: 84x84 Atari frames; minatar-cnn: 10x10 grids)"
                 )
-            layers += [_init(nn.Conv2d(c, channels, kernel, stride)), nn.ReLU()]
+            norm = [ChannelLayerNorm(channels)] if layer_norm else []
+            layers += [_init(nn.Conv2d(c, channels, kernel, stride)), *norm, nn.ReLU()]
             c, h, w = channels, (h - kernel) // stride + 1, (w - kernel) // stride + 1
-        layers += [nn.Flatten(), _init(nn.Linear(c * h * w, out)), nn.ReLU()]
+        norm = [nn.LayerNorm(out)] if layer_norm else []
+        layers += [nn.Flatten(), _init(nn.Linear(c * h * w, out)), *norm, nn.ReLU()]
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -84,12 +101,13 @@ class ConvEncoder(nn.Module):
         return self.net(x)
 
 
-def nature_cnn(obs_shape: tuple[int, ...]) -> nn.Module:
-    return ConvEncoder(obs_shape, ((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512, 1.0 / 255.0)
+def nature_cnn(obs_shape: tuple[int, ...], layer_norm: bool = False) -> nn.Module:
+    convs = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+    return ConvEncoder(obs_shape, convs, 512, 1.0 / 255.0, layer_norm)
 
 
-def minatar_cnn(obs_shape: tuple[int, ...]) -> nn.Module:
-    return ConvEncoder(obs_shape, ((16, 3, 1),), 128, 1.0)
+def minatar_cnn(obs_shape: tuple[int, ...], layer_norm: bool = False) -> nn.Module:
+    return ConvEncoder(obs_shape, ((16, 3, 1),), 128, 1.0, layer_norm)
 
 
 NATURE_MIN_SIDE = 36

@@ -138,6 +138,8 @@ def build_encoder(cfg: PolicyConfig, obs_shape: tuple[int, ...]) -> nn.Module | 
         return None
     check_network(cfg.network)
     make = _NETWORKS[cfg.network].encoder
+    if make is not None and cfg.layer_norm and cfg.network in _IMAGE_ONLY:
+        return _module(cfg.network, "encoder", make(obs_shape, layer_norm=True))  # type: ignore[call-arg]
     return None if make is None else _module(cfg.network, "encoder", make(obs_shape))
 
 

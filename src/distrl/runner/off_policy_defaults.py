@@ -102,6 +102,18 @@ _DISCRETE_TASKS: dict[str, dict[str, Fields]] = {
     },
 }
 
+_PQN_MINATAR: Fields = {
+    "env": {"num_envs": 128},
+    "policy": {"layer_norm": True},
+    "agent": {"num_steps": 32, "num_epochs": 2, "num_minibatches": 32, "learning_rate": 5e-4},
+    "offpolicy": {"eps_fraction": 0.1, "q_lambda": 0.65},
+}
+"""PQN's authors' MinAtar settings (purejaxql's ``config/alg/pqn_minatar.yaml``, adapted
+from their Atari ones: 128 envs x 32 steps, 2 epochs of 32 minibatches, lr 5e-4 annealed
+linearly, epsilon 1 -> 0.05 over a tenth of the run, lambda 0.65, gamma 0.99, grad norm 10),
+on the task's own network (``minatar-cnn``: theirs, conv 16x3x3 and 128 units) with a
+LayerNorm before each ReLU as theirs. Their optimizer is RAdam; distrl's is Adam."""
+
 
 def _dqn(cfg: TrainConfig) -> TrainConfig:
     """DQN (SB3's rl-zoo CartPole: 256x256, lr 2.3e-3 there; CleanRL's hard target copies):
@@ -166,6 +178,8 @@ def _pqn(cfg: TrainConfig) -> TrainConfig:
             },
         },
     )
+    if cfg.task.startswith("minatar-"):
+        cfg = _apply(cfg, _PQN_MINATAR)
     cfg = _apply(cfg, _DISCRETE_TASKS["pqn"].get(cfg.task, {}))
     return _budget(cfg, 500_000 if cfg.task == "cartpole" else 5_000_000)
 

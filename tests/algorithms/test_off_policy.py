@@ -305,6 +305,26 @@ def test_the_algorithms_defaults_come_before_the_users_flags():
     assert distrl.make_config("cartpole", algorithm="pqn").policy.layer_norm
 
 
+def test_pqn_on_minatar_takes_its_authors_minatar_settings():
+    """purejaxql's pqn_minatar.yaml per rank, on the task's CNN with LayerNorm; other tasks
+    keep CleanRL's settings, and the user's flags still win."""
+    cfg = parse_train_args(["minatar-breakout", "--algorithm", "pqn"])
+    a, o = cfg.agent, cfg.offpolicy
+    assert (cfg.env.num_envs, a.num_steps, a.num_epochs, a.num_minibatches) == (128, 32, 2, 32)
+    assert (a.learning_rate, a.lr_schedule, o.eps_fraction, o.q_lambda) == (
+        5e-4,
+        "linear",
+        0.1,
+        0.65,
+    )
+    assert cfg.policy.network == "minatar-cnn" and cfg.policy.layer_norm
+    assert a.max_iterations == -(-5_000_000 // (128 * 32))
+    cfg = parse_train_args(["cartpole", "--algorithm", "pqn"])
+    assert (cfg.env.num_envs, cfg.agent.num_epochs, cfg.offpolicy.eps_fraction) == (32, 4, 0.5)
+    cfg = parse_train_args(["minatar-asterix", "--algorithm", "pqn", "--env.num-envs", "64"])
+    assert cfg.env.num_envs == 64 and cfg.agent.num_minibatches == 32
+
+
 def test_refused_under_strategies_that_cannot_run_them():
     from distrl.runner.algorithms import check_compatible
 

@@ -29,6 +29,25 @@ def test_image_policy_takes_uint8_rows_and_skips_the_normalizer(network, shape):
     torch.testing.assert_close(value2, value)
 
 
+def test_layer_norm_puts_a_norm_before_each_relu_of_the_image_encoders():
+    """PQN's MinAtar network: LayerNorm over the channels after the convolution and over the
+    128 units, before their ReLUs; without --policy.layer-norm the encoder has none."""
+    dim = 400
+    plain = ActorCritic(dim, SPACE, PolicyConfig(network="minatar-cnn"), (4, 10, 10), torch.uint8)
+    cfg = PolicyConfig(network="minatar-cnn", layer_norm=True)
+    policy = ActorCritic(dim, SPACE, cfg, (4, 10, 10), torch.uint8)
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in plain.modules())
+    layers = list(policy.encoder.net)
+    kinds = [type(m).__name__ for m in layers]
+    assert kinds == [
+        *("Conv2d", "ChannelLayerNorm", "ReLU", "Flatten", "Linear", "LayerNorm", "ReLU"),
+    ]
+    conv_out = layers[1](layers[0](torch.randn(3, 4, 10, 10)))  # each position normalized
+    torch.testing.assert_close(conv_out.mean(1), torch.zeros(3, 8, 8), atol=1e-5, rtol=0)
+    actions, _, _ = policy.act(torch.randint(0, 2, (5, dim), dtype=torch.uint8))
+    assert actions.shape == (5,)
+
+
 def test_a_cnn_on_vectors_is_refused_naming_the_fix():
     with pytest.raises(ValueError, match="image observations of shape .C, H, W.*mlp"):
         ActorCritic(4, SPACE, PolicyConfig(network="minatar-cnn"))

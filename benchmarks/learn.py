@@ -33,6 +33,9 @@ from benchmarks.solve import DEFAULT_TARGETS, return_at, time_to_target
 class LearnArgs:
     task: str = "cartpole"
     """Task to train (its tuned defaults, then the overrides below)."""
+    algorithm: str = "ppo"
+    """--algorithm of every run (e.g. pqn): its defaults for the task (envs, rollout length,
+    iterations) are what the overrides below change, as for `distrl train`."""
     world_sizes: str = "1,2"
     """World sizes W to compare, comma-separated."""
     seeds: int = 3
@@ -146,13 +149,18 @@ def make_plan(a: LearnArgs) -> Plan:
     if a.seeds < 1:
         raise ValueError("--seeds must be at least 1")
     base = dataclasses.replace(task.default_config(), task=task.name)
+    algorithm = [] if a.algorithm == "ppo" else ["--algorithm", a.algorithm]
+    if algorithm:
+        from distrl.args import parse_train_args
+
+        base = parse_train_args([task.name, *algorithm])
     envs_arg = a.num_envs or base.env.num_envs
     envs = {}
     for w in worlds:
         envs[w] = per_rank_envs(envs_arg, w, a.mode)
         validate(dataclasses.replace(base, env=dataclasses.replace(base.env, num_envs=envs[w])))
     iterations = a.iterations or base.agent.max_iterations
-    extra = common.split_extra(a.extra)
+    extra = [*algorithm, *common.split_extra(a.extra)]
     steps = flag_value(extra, "--agent.num-steps", base.agent.num_steps)
     check_marks(a.marks, {w: iterations * w * envs[w] * steps for w in worlds})
     return Plan(

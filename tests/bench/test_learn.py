@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from benchmarks.learn import (
+    LearnArgs,
     check_marks,
     flag_value,
     learns_as_well,
+    make_plan,
     median_curve,
     return_at,
     summarize_times,
@@ -84,3 +88,16 @@ def test_the_budget_reads_the_rollout_length_from_extra_in_either_spelling():
     assert flag_value([flag, "64"], flag, 128) == 64
     assert flag_value([f"{flag}=32", "--seed", "1"], flag, 128) == 32
     assert flag_value([flag, "64", f"{flag}=16"], flag, 128) == 16  # the last wins, as in tyro
+
+
+def test_an_algorithm_s_defaults_are_the_base_of_the_plan():
+    """--algorithm pqn: PQN's envs, iterations and rollout length for the task (so --marks
+    checks its budget), and every run gets --algorithm pqn; ppo's plan is unchanged."""
+    a = LearnArgs(task="minatar-breakout", world_sizes="2", mode="weak", marks=(5_000_000,))
+    ppo = make_plan(a)
+    assert ppo.envs == {2: 64} and ppo.iterations == 1221 and "--algorithm" not in ppo.extra
+    plan = make_plan(dataclasses.replace(a, algorithm="pqn"))
+    assert plan.envs == {2: 128} and plan.iterations == -(-5_000_000 // (128 * 32))
+    assert plan.extra[:2] == ["--algorithm", "pqn"]
+    with pytest.raises(ValueError, match="mark 20,000,000 lies beyond"):
+        make_plan(dataclasses.replace(a, algorithm="pqn", marks=(20_000_000,)))

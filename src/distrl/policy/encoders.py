@@ -87,7 +87,7 @@ class ConvEncoder(nn.Module):
                     f"{kernel}x{kernel} convolution (at {h}x{w}); pick a network for their size "
                     f"(nature-cnn: 84x84 Atari frames; minatar-cnn: 10x10 grids)"
                 )
-            norm = [ChannelLayerNorm(channels)] if layer_norm else []
+            norm: list[nn.Module] = [ChannelLayerNorm(channels)] if layer_norm else []
             layers += [_init(nn.Conv2d(c, channels, kernel, stride)), *norm, nn.ReLU()]
             c, h, w = channels, (h - kernel) // stride + 1, (w - kernel) // stride + 1
         norm = [nn.LayerNorm(out)] if layer_norm else []

@@ -367,6 +367,8 @@ def test_pixels_train_through_the_cnn_with_uint8_kept(algorithm, tmp_path):
     if algorithm == "dqn":
         argv += ["--offpolicy.learning-starts", "16", "--offpolicy.updates", "2"]
         argv += ["--offpolicy.batch-size", "8", "--offpolicy.buffer-size", "64"]
+    else:  # MinAtar's 32 minibatches do not divide this 16-row rollout
+        argv += ["--agent.num-minibatches", "2"]
     run_training(parse_train_args(argv))
     state = final_state(tmp_path, 4)
     assert any(k.startswith("encoder.") for k in state["policy"])

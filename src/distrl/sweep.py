@@ -23,7 +23,6 @@ import csv
 import dataclasses
 import datetime
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -468,6 +467,7 @@ def run_sweep(
 ) -> SweepResult:
     """Run (or continue) a sweep; ``pruner``: an Optuna pruner instead of ``args.pruner``'s."""
     from distrl.args import _take_import_flags, parse_train_args
+    from distrl.distributed.launch import default_threads
     from distrl.runner.algorithms import check_compatible
 
     sweep_dir, s = _open(args, list(overrides))  # a resumed sweep's file is checked first
@@ -512,8 +512,7 @@ def run_sweep(
     meaning = f"the mean of {s['metric']} over a trial's last {int(s['last'])} records"
     result = SweepResult(sweep_dir, study, args.trials, value=meaning)
     launched = base.nproc > 1 or args.parallel > 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = max(1, (cores or 1) // (args.parallel * base.nproc))
+    threads = default_threads(args.parallel * base.nproc)  # the cores split between them
     running: list[_Trial] = []
 
     def start() -> _Trial:

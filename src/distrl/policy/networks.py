@@ -62,7 +62,9 @@ _BUILT_IN: dict[str, Network] = {
     ),
     "multi-input": Network(None, None, encoders.multi_input, mlp_heads=True),
 }
-_IMAGE_ONLY = ("nature-cnn", "minatar-cnn")
+_IMAGE_ENCODERS = {"nature-cnn": encoders.nature_cnn, "minatar-cnn": encoders.minatar_cnn}
+"""The built-in image networks' encoders, which take ``--policy.layer-norm`` too."""
+_IMAGE_ONLY = tuple(_IMAGE_ENCODERS)
 _NETWORKS: dict[str, Network] = dict(_BUILT_IN)
 
 
@@ -137,9 +139,10 @@ def build_encoder(cfg: PolicyConfig, obs_shape: tuple[int, ...]) -> nn.Module | 
     if cfg.network == "mlp":
         return None
     check_network(cfg.network)
+    if cfg.network in _IMAGE_ENCODERS:
+        encoder = _IMAGE_ENCODERS[cfg.network](obs_shape, layer_norm=cfg.layer_norm)
+        return _module(cfg.network, "encoder", encoder)
     make = _NETWORKS[cfg.network].encoder
-    if make is not None and cfg.layer_norm and cfg.network in _IMAGE_ONLY:
-        return _module(cfg.network, "encoder", make(obs_shape, layer_norm=True))  # type: ignore[call-arg]
     return None if make is None else _module(cfg.network, "encoder", make(obs_shape))
 
 

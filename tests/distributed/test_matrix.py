@@ -122,6 +122,7 @@ def test_multitask_rloo_solves_reach10_under(tmp_path, strategy):
     best = max(r["success/suite"] or 0.0 for r in records)
     assert best >= 0.9, [r["success/suite"] for r in records]
     assert records[-1]["iteration"] < 300 and "early stop: suite success >= 0.9" in out
+    assert records[-1]["stopped"].startswith("early stop: suite success >= 0.9")  # (it stands)
 
 
 @pytest.mark.long

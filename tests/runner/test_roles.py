@@ -31,10 +31,12 @@ class FakeServer:
 
     def __init__(self, messages: list[tuple[torch.Tensor, dict[int, torch.Tensor], set[int]]]):
         self.messages, self.released = messages, False
+        self.decisions: list[bool] = []  # should_stop's answer to each message
 
     def serve(self, on_stats, start_iteration, should_stop, layout=None):
         for it, (sums, rows, live) in enumerate(self.messages, start_iteration + 1):
             on_stats(sums, rows, live)
+            self.decisions.append(should_stop())
             metrics = {"time/iteration": 0.5, "dist/server_wait": 0.125, "dist/workers": 2}
             yield ServerEvent("iteration", it, metrics)
 
@@ -64,10 +66,10 @@ def worker_row(runner: OnPolicyRunner, steps: int, obs: torch.Tensor, ret: float
     return layout.pack(sums, gather)
 
 
-def serve(iterations: int, messages: Callable[[OnPolicyRunner], list]) -> tuple:
+def serve(iterations: int, messages: Callable[[OnPolicyRunner], list], **agent: Any) -> tuple:
     """A server rank in this process, its link handing it ``messages(runner)`` (built with the
     runner's own layout): (runner, link, its records)."""
-    cfg = small_config(4, distributed=False, max_iterations=iterations)
+    cfg = small_config(4, distributed=False, max_iterations=iterations, **agent)
     ctx = context.init(cfg)
     try:
         records: list[dict[str, Any]] = []
@@ -122,6 +124,27 @@ def test_a_dropped_workers_episodes_leave_the_servers_return_mean():
     assert [r["episode_return_mean"] for r in records] == [20.0, 30.0, 20.0]
 
 
+@pytest.mark.timeout(60)
+def test_a_servers_early_stop_stands_when_later_episodes_pull_the_mean_back():
+    """Under ps-asp the server decides the stop on the rounds it has; workers mid-iteration
+    then finish it and report episodes that can move the mean back under the target. The
+    decision and its reason stand (the run once ended without saying why it stopped)."""
+
+    def messages(runner: OnPolicyRunner) -> list:
+        obs = torch.randn(8, runner.env.obs_dim)
+        row_1, row_2 = worker_row(runner, 64, obs, 40.0), worker_row(runner, 64, obs, 40.0)
+        late = worker_row(runner, 64, obs, 20.0)
+        both = row_1[: runner.stats_layout.num_sums] + row_2[: runner.stats_layout.num_sums]
+        return [(both, {1: row_1, 2: row_2}, {1, 2}), (both, {1: late}, {1, 2})]
+
+    runner, link, records = serve(2, messages, target_return=35.0)
+    assert [r["episode_return_mean"] for r in records] == [40.0, 30.0]
+    assert link.decisions == [True, True]
+    reason = "target return 35 reached (episode_return_mean 40.00, every rank's newest episodes)"
+    assert [r["stopped"] for r in records] == [reason, reason]
+    assert runner.stop_reason == reason
+
+
 class _Recorder:
     def __init__(self, out: list[dict[str, Any]]):
         self.out = out
@@ -160,5 +183,5 @@ def test_a_learner_link_needs_an_algorithm_of_rollouts_or_replay_rows():
         remote = None
         strategy = type("S", (), {"role": Role(LEARN_FROM_ACTORS)})()
 
-    with pytest.raises(TypeError, match="replay rows \(dqn, sac, td3\): NoRollouts takes neither"):
+    with pytest.raises(TypeError, match=r"replay rows \(dqn, sac, td3\): NoRollouts takes neither"):
         roles.run(NoRollouts())  # type: ignore[arg-type]

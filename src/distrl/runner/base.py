@@ -77,6 +77,7 @@ class Runner(ABC):
         self._start = time.perf_counter()
         self.last_checkpoint: Path | None = None  # the newest this process wrote
         self.stop_request: str | None = None  # why a hook of this process asked to stop
+        self.stopped_early: str | None = None  # the algorithm's early stop once decided: why
         self.last_record: dict[str, Any] | None = None  # the newest iteration's, on every rank
 
     # ---- the algorithm plug-in ----------------------------------------------------------------
@@ -123,15 +124,24 @@ class Runner(ABC):
     def summary(self) -> dict[str, Any]:
         """The episode (or task) figures of what ``absorb`` took in since the last summary."""
 
-    @property
-    def stop_early(self) -> bool:
-        """An agreed early stop (the same on every rank); none by default."""
+    def reached_early_stop(self) -> bool:
+        """The algorithm's early-stop test on what it has taken in so far, the same on every
+        rank that sees every collector; none by default."""
         return False
 
     @property
     def early_stop_reason(self) -> str:
-        """Why ``stop_early`` holds, in words (``stopped`` in the last record)."""
+        """Why ``reached_early_stop`` holds, in words (``stopped`` in the last record)."""
         return "the algorithm stopped early"
+
+    @property
+    def stop_early(self) -> bool:
+        """The agreed early stop. Once decided it stands, with its reason as it read then: a
+        parameter server under ps-asp/bap decides on the rounds it has, and the workers that
+        were mid-iteration finish it and report episodes that can move the test back."""
+        if self.stopped_early is None and self.reached_early_stop():
+            self.stopped_early = self.early_stop_reason
+        return self.stopped_early is not None
 
     def close(self) -> None:  # noqa: B027 (optional: not every algorithm holds envs)
         """Release the envs."""
@@ -177,7 +187,7 @@ class Runner(ABC):
         if s.interrupt:
             return "a hook on another rank asked to stop (request_stop)"
         if self.stop_early:
-            return self.early_stop_reason
+            return self.stopped_early
         if s.stop_requested:  # a parameter server's worker, an actor: the coordinator's word
             return "the rank that coordinates this one stopped the run"
         return None

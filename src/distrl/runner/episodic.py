@@ -443,8 +443,7 @@ class EpisodicRunner(Runner):
             **out,
         }
 
-    @property
-    def stop_early(self) -> bool:
+    def reached_early_stop(self) -> bool:
         """Agreed on every rank: the streak is computed from agreed numbers. Where a worker's
         numbers are partial (ps-asp/bap), its parameter server decides for it
         (``strategy.stop_requested``)."""

@@ -437,8 +437,7 @@ class OffPolicyRunner(Runner):
         return episode_summary(torch.stack(times), torch.stack(windows))
 
     # ---- --agent.target-return ---------------------------------------------------------------
-    @property
-    def stop_early(self) -> bool:
+    def reached_early_stop(self) -> bool:
         target = self.cfg.agent.target_return
         if target is None or not self._seen["whole"]:
             return False

@@ -206,8 +206,7 @@ class OnPolicyRunner(Runner):
         """The logged ``episode_return_mean``: over the newest episodes of every collector."""
         return self.summary()["episode_return_mean"]
 
-    @property
-    def stop_early(self) -> bool:
+    def reached_early_stop(self) -> bool:
         """``--agent.target-return``: the mean return over every collector's newest episodes
         reached it. Decided from the same numbers on every rank that sees every collector's
         episodes: the ranks of an all-gather (allreduce; learner-actor's learners, whose

@@ -30,7 +30,7 @@ from benchmarks.runs import PYTHON_CLI
 from distrl.telemetry import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
-GYM_TWIN = {"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1"}
+GYM_TWIN = {"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1", "halfcheetah": "HalfCheetah-v5"}
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,11 @@ class OffPolicyArgs:
     algorithm: str = "sac"
     """dqn, sac or td3 (SB3 has each)."""
     task: str = "pendulum"
-    """A distrl task with a Gymnasium twin: cartpole (CartPole-v1), pendulum (Pendulum-v1)."""
+    """A distrl task with a Gymnasium twin: cartpole (CartPole-v1), pendulum (Pendulum-v1),
+    halfcheetah (HalfCheetah-v5: the mujoco extra on both sides)."""
     steps: int = 20_000
-    """Env steps of each run (rl-zoo3's: 50k for DQN on CartPole, 20k on Pendulum)."""
+    """Env steps of each run (rl-zoo3's: 50k for DQN on CartPole, 20k on Pendulum, 1M on
+    HalfCheetah)."""
     seeds: int = 3
     """Seeds per side; the sides alternate run by run."""
     first_seed: int = 0
@@ -50,6 +52,8 @@ class OffPolicyArgs:
     flags: str = ""
     """More train flags for distrl's runs (a variant of its defaults), given with "=":
     --flags="--env.num-envs 1 --agent.num-steps 256"."""
+    threads: int | None = None
+    """Intra-op threads of every run, both sides (default: each side's own, as a user gets)."""
     solved: float = 475.0
     """The evaluation return a seed must reach to count as solved (CartPole: 475 of 500)."""
     peer_python: str = ".venv-sb3/bin/python"
@@ -66,6 +70,7 @@ def _distrl(a: OffPolicyArgs, seed: int, out: Path) -> dict:
     cmd = [*PYTHON_CLI, "train", a.task, "--algorithm", a.algorithm, "--seed", str(seed)]
     cmd += ["--agent.total-timesteps", str(a.steps), "--run-dir", str(run)]
     cmd += ["--progress", "False", "--tensorboard", "False", *shlex.split(a.flags)]
+    cmd += [] if a.threads is None else ["--threads", str(a.threads)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -91,6 +96,7 @@ def _distrl(a: OffPolicyArgs, seed: int, out: Path) -> dict:
 def _peer(a: OffPolicyArgs, seed: int) -> dict:
     cmd = [a.peer_python, str(ROOT / "peers" / "sb3_offpolicy.py"), a.algorithm]
     cmd += [GYM_TWIN[a.task], "--seed", str(seed), "--steps", str(a.steps)]
+    cmd += [] if a.threads is None else ["--threads", str(a.threads)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -134,6 +140,7 @@ def offpolicy(a: OffPolicyArgs) -> list[dict]:
                 "median_eval_return": statistics.median(r["eval_return_mean"] for r in mine),
                 "solved": sum(r["eval_return_mean"] >= a.solved for r in mine),
                 "flags": a.flags if side == "distrl" else "",
+                "threads": a.threads if a.threads is not None else "default",
                 "eval_returns": " ".join(f"{r['eval_return_mean']:.1f}" for r in mine),
                 "cpu": m["cpu"],
                 "cores": m["cores"],

@@ -44,14 +44,21 @@ def test_runs_the_sides_asked_from_the_first_seed(tmp_path, monkeypatch, side, s
     assert all(r["runs"] == 3 and r["solved"] == 2 for r in summary)  # seeds 4 and 5
 
 
-def test_flags_reach_distrl_train(tmp_path, monkeypatch):
+def _capture_commands(monkeypatch) -> list[list[str]]:
+    """subprocess.run replaced: it records each command and stops there (the command is all
+    these tests read)."""
     seen: list[list[str]] = []
 
     def run(cmd, **kwargs):
         seen.append(cmd)
-        raise RuntimeError("stop")  # the command is all this test reads
+        raise RuntimeError("stop")
 
     monkeypatch.setattr(bench.subprocess, "run", run)
+    return seen
+
+
+def test_flags_reach_distrl_train(tmp_path, monkeypatch):
+    seen = _capture_commands(monkeypatch)
     flags = "--env.num-envs 1 --agent.num-steps 256"
     args = bench.OffPolicyArgs(algorithm="dqn", task="cartpole", flags=flags)
     with pytest.raises(RuntimeError, match="stop"):
@@ -63,3 +70,18 @@ def test_the_peer_alone_needs_its_python(tmp_path):
     args = bench.OffPolicyArgs(task="cartpole", side="sb3", peer_python="", out=str(tmp_path))
     with pytest.raises(ValueError, match="--peer-python"):
         bench.offpolicy(args)
+
+
+def test_threads_reach_both_sides_and_halfcheetah_has_its_twin(tmp_path, monkeypatch):
+    seen = _capture_commands(monkeypatch)
+    args = bench.OffPolicyArgs(algorithm="sac", task="halfcheetah", threads=1)
+    for side in (lambda: bench._distrl(args, 0, tmp_path), lambda: bench._peer(args, 0)):
+        with pytest.raises(RuntimeError, match="stop"):
+            side()
+    distrl, peer = seen
+    assert distrl[-2:] == ["--threads", "1"] and peer[-2:] == ["--threads", "1"]
+    assert peer[2:4] == ["sac", "HalfCheetah-v5"]
+    default = bench.OffPolicyArgs(algorithm="sac", task="halfcheetah")
+    with pytest.raises(RuntimeError, match="stop"):
+        bench._peer(default, 0)
+    assert "--threads" not in seen[-1]  # each side's own default, as a user gets it

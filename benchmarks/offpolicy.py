@@ -10,17 +10,28 @@ way. Reported per side: the median training wall time, env-steps/s and final eva
 return over the seeds, and how many seeds' evaluation reached ``--solved``. ``--side`` runs one
 side alone (seeds ``--first-seed`` on); ``--flags`` adds train flags to distrl's runs (a variant
 of its defaults).
+
+``--side cleanrl`` (or ``all``: the three) runs CleanRL's own single-file script
+(``cleanrl/sac_continuous_action.py``, ``td3_continuous_action.py``, ``dqn.py``) from a checkout
+of its repository (``--cleanrl``) in a Python with its pinned Gymnasium 0.29.1
+(``--cleanrl-python``; docs/benchmarks.md says how to make one), with its own defaults but the
+env, seed and steps. Its twin of halfcheetah is HalfCheetah-v4 (0.29.1 has no v5). CleanRL's
+script does not evaluate: its return is the mean of its last 10 training episodes (the
+stochastic policy, ``return_kind``); its env-steps/s is its own ``SPS`` line, its wall time the
+command's, start-up included.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 import shlex
 import shutil
 import statistics
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -31,6 +42,12 @@ from distrl.telemetry import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 GYM_TWIN = {"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1", "halfcheetah": "HalfCheetah-v5"}
+CLEANRL_TWIN = GYM_TWIN | {"halfcheetah": "HalfCheetah-v4"}  # (its pinned Gymnasium: 0.29.1)
+CLEANRL_SCRIPT = {
+    "sac": "sac_continuous_action.py",
+    "td3": "td3_continuous_action.py",
+    "dqn": "dqn.py",
+}
 
 
 @dataclass(frozen=True)
@@ -47,8 +64,8 @@ class OffPolicyArgs:
     """Seeds per side; the sides alternate run by run."""
     first_seed: int = 0
     """The first seed (the runs take --first-seed, --first-seed + 1, ...)."""
-    side: Literal["both", "distrl", "sb3"] = "both"
-    """Run both sides, or one alone."""
+    side: Literal["both", "all", "distrl", "sb3", "cleanrl"] = "both"
+    """both: distrl and SB3; all: distrl, SB3 and CleanRL; or one alone."""
     flags: str = ""
     """More train flags for distrl's runs (a variant of its defaults), given with "=":
     --flags="--env.num-envs 1 --agent.num-steps 256"."""
@@ -59,6 +76,10 @@ class OffPolicyArgs:
     peer_python: str = ".venv-sb3/bin/python"
     """A Python with stable-baselines3 (peers/sb3_offpolicy.py's docstring makes one); empty:
     distrl alone."""
+    cleanrl: str = ""
+    """A checkout of CleanRL's repository (for --side cleanrl or all)."""
+    cleanrl_python: str = ".venv-cleanrl/bin/python"
+    """A Python with CleanRL's dependencies (Gymnasium 0.29.1, stable-baselines3 < 2.4, tyro)."""
     out: str | None = None
     """Results directory (default bench_out/offpolicy)."""
 
@@ -107,24 +128,65 @@ def _peer(a: OffPolicyArgs, seed: int) -> dict:
     }
 
 
+def _cleanrl(a: OffPolicyArgs, seed: int, out: Path) -> dict:
+    script = Path(a.cleanrl) / "cleanrl" / CLEANRL_SCRIPT[a.algorithm]
+    cmd = [a.cleanrl_python, str(script), "--env-id", CLEANRL_TWIN[a.task], "--seed", str(seed)]
+    cmd += ["--total-timesteps", str(a.steps)]
+    env = dict(os.environ)
+    if a.threads is not None:  # (torch reads it at start-up; the script sets no threads)
+        env["OMP_NUM_THREADS"] = str(a.threads)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=out, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    returns = [float(r) for r in re.findall(r"episodic_return=\[?(-?[\d.e+-]+)", proc.stdout)]
+    sps = re.findall(r"SPS: (\d+)", proc.stdout)
+    if not returns or not sps:
+        raise RuntimeError(f"{' '.join(cmd)} printed no episode or SPS:\n{proc.stdout[-2000:]}")
+    last = returns[-10:]
+    return {
+        "side": "cleanrl",
+        "seed": seed,
+        "steps": a.steps,
+        "wall_s": round(wall, 2),
+        "sps": float(sps[-1]),
+        "eval_return_mean": round(statistics.fmean(last), 2),
+        "eval_return_std": round(statistics.pstdev(last), 2),
+    }
+
+
+SIDES = {"both": ("distrl", "sb3"), "all": ("distrl", "sb3", "cleanrl")}
+RETURN_KIND = {"cleanrl": "last 10 training episodes"}  # else: "deterministic, 10 episodes"
+
+
 def offpolicy(a: OffPolicyArgs) -> list[dict]:
     if a.task not in GYM_TWIN:
         raise ValueError(f"--task {a.task}: choose one of {', '.join(GYM_TWIN)}")
     if a.side == "sb3" and not a.peer_python:
         raise ValueError("--side sb3 runs the peer alone: give its --peer-python")
+    sides = SIDES.get(a.side, (a.side,))
+    if "sb3" in sides and not a.peer_python:  # both without a peer: distrl alone
+        sides = tuple(s for s in sides if s != "sb3")
+    if "cleanrl" in sides and not (Path(a.cleanrl) / "cleanrl").is_dir():
+        raise ValueError(f"--side {a.side} runs CleanRL's script: give --cleanrl, a checkout")
+    if "cleanrl" in sides and a.task not in CLEANRL_TWIN:
+        raise ValueError(f"--task {a.task}: CleanRL's twins are {', '.join(CLEANRL_TWIN)}")
     m = common.header("distrl bench offpolicy")
     out = common.out_dir(a.out, "offpolicy")
+    run = {
+        "distrl": lambda seed: _distrl(a, seed, out),
+        "sb3": lambda seed: _peer(a, seed),
+        "cleanrl": lambda seed: _cleanrl(a, seed, out),
+    }
     rows = []
     for seed in range(a.first_seed, a.first_seed + a.seeds):
-        if a.side != "sb3":
-            rows.append(_distrl(a, seed, out))
-            common.console.print(f"distrl seed {seed}: {rows[-1]}")
-        if a.side != "distrl" and a.peer_python:
-            rows.append(_peer(a, seed))
-            common.console.print(f"sb3 seed {seed}: {rows[-1]}")
+        for side in sides:
+            rows.append(run[side](seed))
+            common.console.print(f"{side} seed {seed}: {rows[-1]}")
     common.write_csv(out / "per_run.csv", rows)
     summary = []
-    for side in ("distrl", "sb3"):
+    for side in ("distrl", "sb3", "cleanrl"):
         mine = [r for r in rows if r["side"] == side]
         if not mine:
             continue
@@ -142,6 +204,7 @@ def offpolicy(a: OffPolicyArgs) -> list[dict]:
                 "flags": a.flags if side == "distrl" else "",
                 "threads": a.threads if a.threads is not None else "default",
                 "eval_returns": " ".join(f"{r['eval_return_mean']:.1f}" for r in mine),
+                "return_kind": RETURN_KIND.get(side, "deterministic, 10 episodes"),
                 "cpu": m["cpu"],
                 "cores": m["cores"],
                 "torch": m["torch"],

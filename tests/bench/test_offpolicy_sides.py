@@ -3,6 +3,8 @@ runs stubbed (tests/bench/test_offpolicy.py trains for real, as a long test)."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from benchmarks import offpolicy as bench
@@ -26,18 +28,32 @@ def _stub_sides(monkeypatch) -> list[tuple[str, int, str]]:
         calls.append(("sb3", seed, a.flags))
         return row("sb3", seed)
 
+    def cleanrl(a, seed, out):
+        calls.append(("cleanrl", seed, a.flags))
+        return row("cleanrl", seed)
+
     monkeypatch.setattr(bench, "_distrl", distrl)
     monkeypatch.setattr(bench, "_peer", peer)
+    monkeypatch.setattr(bench, "_cleanrl", cleanrl)
     return calls
 
 
 @pytest.mark.parametrize(
-    ("side", "sides"), [("both", ["distrl", "sb3"]), ("distrl", ["distrl"]), ("sb3", ["sb3"])]
+    ("side", "sides"),
+    [
+        ("both", ["distrl", "sb3"]),
+        ("distrl", ["distrl"]),
+        ("sb3", ["sb3"]),
+        ("all", ["distrl", "sb3", "cleanrl"]),
+        ("cleanrl", ["cleanrl"]),
+    ],
 )
 def test_runs_the_sides_asked_from_the_first_seed(tmp_path, monkeypatch, side, sides):
     calls = _stub_sides(monkeypatch)
+    (tmp_path / "checkout" / "cleanrl").mkdir(parents=True)
     args = bench.OffPolicyArgs(algorithm="dqn", task="cartpole", seeds=3, first_seed=3,
-                               side=side, flags="--env.num-envs 1", out=str(tmp_path))  # fmt: skip
+                               side=side, flags="--env.num-envs 1", out=str(tmp_path),
+                               cleanrl=str(tmp_path / "checkout"))  # fmt: skip
     summary = bench.offpolicy(args)
     assert calls == [(s, seed, "--env.num-envs 1") for seed in (3, 4, 5) for s in sides]
     assert [r["side"] for r in summary] == sides
@@ -85,3 +101,24 @@ def test_threads_reach_both_sides_and_halfcheetah_has_its_twin(tmp_path, monkeyp
     with pytest.raises(RuntimeError, match="stop"):
         bench._peer(default, 0)
     assert "--threads" not in seen[-1]  # each side's own default, as a user gets it
+
+
+def test_cleanrl_needs_a_checkout_and_is_read_from_what_its_script_prints(tmp_path, monkeypatch):
+    args = bench.OffPolicyArgs(task="halfcheetah", side="cleanrl", out=str(tmp_path))
+    with pytest.raises(ValueError, match="give --cleanrl, a checkout"):
+        bench.offpolicy(args)
+    seen: list[tuple[list[str], dict]] = []
+    episodes = "".join(f"global_step={i}, episodic_return=[{i}.5]\n" for i in range(1, 13))
+
+    def run(cmd, **kwargs):
+        seen.append((cmd, kwargs["env"]))
+        return subprocess.CompletedProcess(cmd, 0, episodes + "SPS: 40\nSPS: 45\n", "")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    args = bench.OffPolicyArgs(algorithm="sac", task="halfcheetah", threads=1, cleanrl="/c")
+    row = bench._cleanrl(args, 3, tmp_path)
+    cmd, env = seen[0]
+    assert cmd[1] == "/c/cleanrl/sac_continuous_action.py"
+    assert cmd[2:] == ["--env-id", "HalfCheetah-v4", "--seed", "3", "--total-timesteps", "20000"]
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert row["sps"] == 45.0 and row["eval_return_mean"] == 8.0  # the last 10: 3.5 .. 12.5

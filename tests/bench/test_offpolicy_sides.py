@@ -120,5 +120,5 @@ def test_cleanrl_needs_a_checkout_and_is_read_from_what_its_script_prints(tmp_pa
     cmd, env = seen[0]
     assert cmd[1] == "/c/cleanrl/sac_continuous_action.py"
     assert cmd[2:] == ["--env-id", "HalfCheetah-v4", "--seed", "3", "--total-timesteps", "20000"]
-    assert env["OMP_NUM_THREADS"] == "1"
+    assert env["OMP_NUM_THREADS"] == "1" and env["PYTHONPATH"] == "/c"
     assert row["sps"] == 45.0 and row["eval_return_mean"] == 8.0  # the last 10: 3.5 .. 12.5

@@ -138,6 +138,7 @@ def _cleanrl(a: OffPolicyArgs, seed: int, out: Path) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=out, env=env)
     wall = time.perf_counter() - t0
+    (out / f"cleanrl-{a.algorithm}-{a.task}-seed{seed}.log").write_text(proc.stdout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     returns = [float(r) for r in re.findall(r"episodic_return=\[?(-?[\d.e+-]+)", proc.stdout)]

@@ -121,4 +121,5 @@ def test_cleanrl_needs_a_checkout_and_is_read_from_what_its_script_prints(tmp_pa
     assert cmd[1] == "/c/cleanrl/sac_continuous_action.py"
     assert cmd[2:] == ["--env-id", "HalfCheetah-v4", "--seed", "3", "--total-timesteps", "20000"]
     assert env["OMP_NUM_THREADS"] == "1" and env["PYTHONPATH"] == "/c"
+    assert (tmp_path / "cleanrl-sac-halfcheetah-seed3.log").read_text().startswith("global_step=1")
     assert row["sps"] == 45.0 and row["eval_return_mean"] == 8.0  # the last 10: 3.5 .. 12.5

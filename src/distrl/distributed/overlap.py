@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from distrl.algorithms.ppo import all_finite
 from distrl.distributed.liveness import peer_failure
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class BucketedAllReduce:
     def _launch(self, b: int) -> None:
         start, end = self.buckets[b]
         part = self.flat[start:end]
-        self.finite.append(torch.isfinite(part).all())
+        self.finite.append(all_finite(part))
         self.next = b + 1
         t0 = time.perf_counter()
         try:
@@ -129,7 +130,7 @@ class BucketedAllReduce:
         while self.next < len(self.buckets) - 1:
             self._launch(self.next)
         start, end = self.buckets[-1]
-        return torch.stack([*self.finite, torch.isfinite(self.flat[start:end]).all()]).all()
+        return torch.stack([*self.finite, all_finite(self.flat[start:end])]).all()
 
     # ---- the step ----------------------------------------------------------------------------
     def reduce_(self, flat: torch.Tensor) -> None:

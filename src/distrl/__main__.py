@@ -1,7 +1,5 @@
-"""``python -m distrl <command> ...``: the ``distrl`` command (``distrl.cli.main``)."""
+"""``python -m distrl <command> ...``: the ``distrl`` command (``distrl.cli.run``)."""
 
-import sys
+from distrl.cli import run
 
-from distrl.cli import main
-
-sys.exit(main())
+run()

@@ -418,10 +418,13 @@ def supervise(
     stop_timeout: float,
     run_dir: str | Path,
     modules: Sequence[str] = (),
+    start: Callable[[list[str], dict[str, str]], subprocess.Popen] | None = None,
 ) -> int:
     """Run torchrun (``cmd``) in a session of its own and wait for it, passing the launcher's
     SIGINT, SIGTERM and SIGHUP on to the ranks (see the module docstring); returns torchrun's
-    exit code, or 128 + the signal after an interrupt."""
+    exit code, or 128 + the signal after an interrupt. ``start``: what starts ``cmd`` with
+    ``env`` in a session of its own (default: a new process; ``launch.WarmTorchrun.go``: one
+    started before the command's imports)."""
     from distrl import checkpoint as ckpt
 
     proc: subprocess.Popen | None = None
@@ -489,7 +492,10 @@ def supervise(
         signal.signal(s, on_pause)
         signal.siginterrupt(s, False)
     try:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        if start is not None:
+            proc = start(cmd, env)
+        else:
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         if first:  # a signal came while torchrun was being started
             forward(first)
         while True:

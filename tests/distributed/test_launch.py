@@ -88,3 +88,80 @@ def test_each_ranks_time_breakdown_is_in_every_record(tmp_path):
             for part in ("rollout", "learn", "comm", "sync"):
                 assert record[f"rank/{r}/{part}"] >= 0.0, (r, part, record)
         assert record["rank/0/rollout"] == pytest.approx(record["time/rollout"])
+
+
+# ---- torchrun's process started before the command's imports (launch.prestart) ----------
+
+
+@pytest.fixture
+def prestarted(monkeypatch) -> list[str]:
+    """Which ``prestart`` calls would start torchrun's process, without starting it."""
+    made: list[str] = []
+
+    class Fake:
+        def __init__(self) -> None:
+            made.append("warm")
+
+        def discard(self) -> None:
+            made.append("discarded")
+
+    monkeypatch.setattr(launch, "WarmTorchrun", Fake)
+    monkeypatch.setattr(launch, "_warm", None)
+    for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "DISTRL_ELASTIC_STANDBY"):
+        monkeypatch.delenv(name, raising=False)
+    return made
+
+
+@pytest.mark.parametrize(
+    ("argv", "starts"),
+    [
+        (["cartpole", "--nproc", "2"], True),
+        (["cartpole", "--nproc=4", "--seed", "1"], True),
+        (["cartpole"], False),
+        (["cartpole", "--nproc", "1"], False),
+        (["cartpole", "--nproc"], False),
+        (["cartpole", "--nproc", "two"], False),
+        (["cartpole", "--nproc", "2", "--dist.strategy", "elastic"], False),
+        (["cartpole", "--nproc", "2", "--population", "4"], False),
+        (["cartpole", "--nproc", "2", "--nnodes", "2"], False),
+        (["cartpole", "--nproc", "2", "--help"], False),
+    ],
+)
+def test_prestart_starts_torchrun_early_only_for_a_torchrun_launch(prestarted, argv, starts):
+    launch.prestart(argv)
+    assert prestarted == (["warm"] if starts else [])
+    launch.discard_warm()
+    assert prestarted == (["warm", "discarded"] if starts else [])
+    assert launch.take_warm() is None
+
+
+def test_no_prestart_inside_a_rank(prestarted, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    launch.prestart(["cartpole", "--nproc", "2"])
+    assert prestarted == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("alive", [True, False])
+def test_the_early_torchrun_runs_what_it_is_sent_or_a_new_one_does(alive, capfd):
+    """The early process runs torchrun with the arguments and environment sent on the pipe; if
+    it died before they came, a new process runs them."""
+    import sys
+
+    warm = launch.WarmTorchrun()
+    if not alive:
+        warm.proc.kill()
+        warm.proc.wait()
+    worker = ["--no-python", "sh", "-c", "echo mark=$DISTRL_TEST_MARK"]
+    cmd = [sys.executable, "-m", "distrl.distributed.launch", "--standalone", "--nproc-per-node=1"]
+    proc = warm.go([*cmd, *worker], dict(os.environ, DISTRL_TEST_MARK="sent"))
+    assert (proc is warm.proc) == alive
+    assert proc.wait(timeout=100) == 0
+    assert "mark=sent" in capfd.readouterr().out
+
+
+@pytest.mark.timeout(120)
+def test_the_early_torchrun_exits_quietly_when_no_launch_takes_it():
+    warm = launch.WarmTorchrun()
+    os.close(warm.write)  # the command ended (a bad config) without sending anything
+    assert warm.proc.wait(timeout=100) == 0

@@ -210,6 +210,29 @@ def test_ctrl_c_while_the_ranks_import_stops_at_iteration_1_without_a_restart(la
     assert len(importing.read_text().split()) == 2, launch.output()  # no rank started again
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_a_signal_while_the_launcher_imports_leaves_no_process(signum, tmp_path):
+    """The launcher of `--nproc 2` starts torchrun's process before its own imports
+    (``launch.prestart``); a Ctrl-C then ends both with one line and the shell's status for
+    Ctrl-C, and a launcher killed outright leaves the early process to exit at its pipe's end."""
+    launch = Launch(two_rank_command(tmp_path / "run"), tmp_path)
+    deadline = time.monotonic() + 30
+    while len(tree := interrupts.tree(launch.proc.pid)) < 2:  # the early torchrun is up
+        if launch.proc.poll() is not None or time.monotonic() > deadline:
+            launch.kill()
+            raise AssertionError(f"no early torchrun\n{launch.output()}")
+        time.sleep(0.02)
+    code, _ = launch.stop(launch.proc.pid, signum)
+    assert code == -signum, launch.output()
+    while [p for p in tree if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p for p in tree if alive(p)] == [], tree
+    if signum == signal.SIGINT:
+        assert launch.err.read_text().strip() == "distrl: interrupted", launch.output()
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 @pytest.mark.long  # another 2-rank launch and resume: ~20 s
 @pytest.mark.timeout(150)
 def test_a_signal_to_one_rank_stops_both_and_resumes_bitwise(two_rank_reference, tmp_path):

@@ -18,16 +18,26 @@ SIGINT (Ctrl-C), SIGTERM and SIGHUP go to the ranks, which stop at an agreed ite
 and save; a second one, or ``--stop-timeout`` seconds, kills the tree. torchrun is started as
 ``python -m distrl.distributed.launch`` (``main``), so that a signal sent to torchrun itself
 ends in its exit code rather than its traceback.
+
+Start-up (``prestart``): ``import torch`` takes 3-4 s on a small VM, and the command, torchrun
+and the ranks each pay it, one after the other. When the command line asks for ``--nproc N``
+the command starts torchrun's process first, before its own imports, so the two import torch
+at once; that process (``WarmTorchrun``) waits on a pipe for torchrun's arguments and
+environment, which the command sends once the config has been checked, or exits at the pipe's
+end (a bad config, another launcher, a command that died). A 2-rank launch of one iteration
+took 12.8 s before and about 9 s after (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import math
 import os
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -198,7 +208,7 @@ def torchrun_command(
         *(["--rdzv-conf=is_host=false"] if hosted else []),
         "--local-addr=127.0.0.1",
         f"--max-restarts={max_restarts}",
-        "--monitor-interval=0.5",
+        "--monitor-interval=0.1",  # (its poll of the ranks: their exit seen within 0.1 s)
         f"--shutdown-timeout={max(1, math.ceil(stop_timeout))}",
         "-m",
         "distrl.cli",
@@ -265,6 +275,70 @@ def launch_env(nproc: int, one_machine: bool = True) -> dict[str, str]:
     return env
 
 
+class WarmTorchrun:
+    """torchrun's process, started before the command imports torch: it imports torchrun and
+    then waits on a pipe for ``go``'s arguments and environment (``main``), or exits at the
+    pipe's end. In a session of its own, as ``interrupts.supervise`` starts torchrun."""
+
+    def __init__(self) -> None:
+        read, self.write = os.pipe()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "distrl.distributed.launch", "--warm", str(read)]
+        try:
+            self.proc = subprocess.Popen(cmd, env=env, pass_fds=(read,), start_new_session=True)
+        finally:
+            os.close(read)
+
+    def go(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+        """torchrun ``cmd`` (``torchrun_command``'s) with ``env``, in the waiting process (in
+        a new one if that one is gone)."""
+        assert cmd[1:3] == ["-m", __name__], cmd
+        try:
+            with os.fdopen(self.write, "w", encoding="utf-8") as pipe:
+                pipe.write(json.dumps({"argv": cmd[3:], "env": env}) + "\n")
+        except BrokenPipeError:  # it died before reading (killed, or out of memory)
+            self.proc.wait()
+            return subprocess.Popen(cmd, env=env, start_new_session=True)
+        return self.proc
+
+    def discard(self) -> None:
+        os.close(self.write)
+        self.proc.kill()
+        self.proc.wait()
+
+
+_warm: WarmTorchrun | None = None
+
+
+def prestart(argv: Sequence[str]) -> None:
+    """Start torchrun's process now when ``argv`` (``train``'s words) asks for ``--nproc N``
+    with N > 1 under torchrun, so that it imports torch while this process does; ``launch``
+    takes it, ``discard_warm`` ends it where the config says otherwise."""
+    global _warm
+    if _warm is not None or under_torchrun() or os.environ.get("DISTRL_ELASTIC_STANDBY"):
+        return
+    words = [w for a in argv for w in a.split("=", 1)]
+    nproc = words[words.index("--nproc") + 1] if "--nproc" in words[:-1] else "1"
+    others = ("--population", "--nnodes", "--help", "-h", "--pbt.help", "elastic")
+    if not nproc.isdigit() or int(nproc) < 2 or any(w in words for w in others):
+        return
+    _warm = WarmTorchrun()
+
+
+def discard_warm() -> None:
+    """End a ``prestart`` process that no launch took (no-op without one)."""
+    global _warm
+    if _warm is not None:
+        _warm.discard()
+        _warm = None
+
+
+def take_warm() -> WarmTorchrun | None:
+    global _warm
+    warm, _warm = _warm, None
+    return warm
+
+
 def launch(
     nproc: int,
     max_restarts: int,
@@ -281,10 +355,13 @@ def launch(
     One node only (``nodes``: multi-node runs start torchrun on each machine themselves)."""
     if nodes.count != 1:
         raise ValueError("distrl's torchrun launcher starts one node; see docs/training.md")
+    warm = take_warm()
     store = rendezvous_store()
     cmd = torchrun_command(nproc, max_restarts, script_args, store.port, stop_timeout)
+    env = launch_env(nproc)
     try:
-        return interrupts.supervise(cmd, launch_env(nproc), stop_timeout, run_dir, modules)
+        start = warm.go if warm is not None else None
+        return interrupts.supervise(cmd, env, stop_timeout, run_dir, modules, start)
     finally:
         del store
 
@@ -297,6 +374,15 @@ def main() -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import main as torchrun
 
+    if sys.argv[1:2] == ["--warm"]:  # started early (WarmTorchrun): wait for the arguments
+        with os.fdopen(int(sys.argv[2]), encoding="utf-8") as pipe:
+            line = pipe.readline()
+        if not line:  # the command went on without it
+            return 0
+        go = json.loads(line)
+        os.environ.clear()
+        os.environ.update(go["env"])
+        sys.argv = [sys.argv[0], *go["argv"]]
     try:
         torchrun()
     except SignalException as e:
@@ -305,4 +391,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Out without the interpreter's teardown (1.2 s with torch loaded on the 2-core VM, after
+    # the ranks are gone): torchrun registers no exit handler and holds no file of the run.
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

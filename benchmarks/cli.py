@@ -27,6 +27,7 @@ from benchmarks.solve import SolveArgs, solve
 from benchmarks.startup import StartupArgs, startup
 from benchmarks.straggler import StragglerArgs, straggler
 from benchmarks.throughput import ThroughputArgs, throughput
+from benchmarks.update import UpdateArgs, update
 from distrl.args import parse_flags
 
 USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` for options)
@@ -54,6 +55,7 @@ USAGE = """usage: distrl bench <what> [options]   (`distrl bench <what> --help` 
                steps: wall time, best final score, the task's defaults
   selfplay     connect-four by self-play: win rates against random and scripted players, Elo
   roofline     one iteration against the machine's matmul limit at its exact GEMM shapes, by phase
+  update       one off-policy update (sac, td3, dqn) by part: FLOPs, ms, GFLOP/s, matmul share
   cluster      nodes in network namespaces on rate-limited links (root): all-reduce vs the
                alpha-beta model per link rate and past W=2; routing-table weight sync vs naive
                from several learners to several actors
@@ -82,6 +84,7 @@ COMMANDS: dict[str, tuple[type, Callable]] = {
     "selfplay": (SelfPlayArgs, selfplay),
     "sinks": (SinksArgs, sinks),
     "roofline": (RooflineArgs, roofline),
+    "update": (UpdateArgs, update),
     "cluster": (ClusterArgs, cluster),
 }
 """Benchmark name -> (its arguments, parsed by tyro; the function that runs it)."""

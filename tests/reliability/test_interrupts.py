@@ -22,6 +22,7 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -45,6 +46,14 @@ LINE = re.compile(
 
 
 # ---- helpers ----------------------------------------------------------------------------------
+
+FROM_A_TERMINAL = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+]
+"""A command's prefix: it runs with SIGINT's default action, as a terminal starts it."""
 
 
 def alive(pid: int) -> bool:
@@ -215,8 +224,10 @@ def test_ctrl_c_while_the_ranks_import_stops_at_iteration_1_without_a_restart(la
 def test_a_signal_while_the_launcher_imports_leaves_no_process(signum, tmp_path):
     """The launcher of `--nproc 2` starts torchrun's process before its own imports
     (``launch.prestart``); a Ctrl-C then ends both with one line and the shell's status for
-    Ctrl-C, and a launcher killed outright leaves the early process to exit at its pipe's end."""
-    launch = Launch(two_rank_command(tmp_path / "run"), tmp_path)
+    Ctrl-C, and a launcher killed outright leaves the early process to exit at its pipe's end.
+    The launcher starts as from a terminal, SIGINT not ignored: a process started in the
+    background of a script inherits SIGINT ignored, which Python keeps while it imports."""
+    launch = Launch(FROM_A_TERMINAL + two_rank_command(tmp_path / "run"), tmp_path)
     deadline = time.monotonic() + 30
     while len(tree := interrupts.tree(launch.proc.pid)) < 2:  # the early torchrun is up
         if launch.proc.poll() is not None or time.monotonic() > deadline:

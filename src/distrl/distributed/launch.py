@@ -25,7 +25,7 @@ the command starts torchrun's process first, before its own imports, so the two 
 at once; that process (``WarmTorchrun``) waits on a pipe for torchrun's arguments and
 environment, which the command sends once the config has been checked, or exits at the pipe's
 end (a bad config, another launcher, a command that died). A 2-rank launch of one iteration
-took 12.8 s before and about 9 s after (docs/benchmarks.md).
+took 13.6 s before and 8.9 s after on the 2-core VM (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -311,9 +311,11 @@ _warm: WarmTorchrun | None = None
 
 
 def prestart(argv: Sequence[str]) -> None:
-    """Start torchrun's process now when ``argv`` (``train``'s words) asks for ``--nproc N``
-    with N > 1 under torchrun, so that it imports torch while this process does; ``launch``
-    takes it, ``discard_warm`` ends it where the config says otherwise."""
+    """Start torchrun's process now when ``argv`` (``train``'s words) asks for ``--nproc N``,
+    N > 1, on this machine and under torchrun (not elastic's launcher, not a population), so
+    that it imports torch while this process does; ``launch`` takes it, ``discard_warm`` ends
+    it where the config says otherwise. A guess from the words alone: a config file that sets
+    ``nproc`` launches as before, without it."""
     global _warm
     if _warm is not None or under_torchrun() or os.environ.get("DISTRL_ELASTIC_STANDBY"):
         return
@@ -355,10 +357,10 @@ def launch(
     One node only (``nodes``: multi-node runs start torchrun on each machine themselves)."""
     if nodes.count != 1:
         raise ValueError("distrl's torchrun launcher starts one node; see docs/training.md")
-    warm = take_warm()
     store = rendezvous_store()
     cmd = torchrun_command(nproc, max_restarts, script_args, store.port, stop_timeout)
     env = launch_env(nproc)
+    warm = take_warm()  # (here: a launch that failed before leaves it to cli's discard_warm)
     try:
         start = warm.go if warm is not None else None
         return interrupts.supervise(cmd, env, stop_timeout, run_dir, modules, start)

@@ -91,14 +91,14 @@ def train_main(argv: list[str] | None = None) -> int:
         if not elastic.stand_by():
             return 0  # the run finished first
     startup.mark("cli")
-    from distrl.distributed import launch
+    from distrl.distributed import early_torchrun
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    launch.prestart(argv)  # torchrun's process imports torch while this one does
+    early_torchrun.prestart(argv)  # torchrun's process imports torch while this one does
     try:
         return _train(argv)
     finally:
-        launch.discard_warm()  # (a launch took it, or the config said otherwise)
+        early_torchrun.discard()  # (a launch took it, or the config said otherwise)
 
 
 def _train(argv: list[str]) -> int:
@@ -126,7 +126,9 @@ def _train(argv: list[str]) -> int:
             args += ["--resume", "auto"]
         start = strategies.launcher(cfg.dist.strategy)
         if start is not launch.launch:  # elastic starts its own ranks: no torchrun
-            launch.discard_warm()
+            from distrl.distributed import early_torchrun
+
+            early_torchrun.discard()
         nodes = launch.Nodes.of(cfg)
         return _launch(cfg, start, args, run_dir, nodes)
     if not launch.under_torchrun():

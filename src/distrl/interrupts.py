@@ -423,8 +423,8 @@ def supervise(
     """Run torchrun (``cmd``) in a session of its own and wait for it, passing the launcher's
     SIGINT, SIGTERM and SIGHUP on to the ranks (see the module docstring); returns torchrun's
     exit code, or 128 + the signal after an interrupt. ``start``: what starts ``cmd`` with
-    ``env`` in a session of its own (default: a new process; ``launch.WarmTorchrun.go``: one
-    started before the command's imports)."""
+    ``env`` in a session of its own (default: a new process; ``EarlyTorchrun.go``, in
+    ``distributed/early_torchrun.py``: one started before the command's imports)."""
     from distrl import checkpoint as ckpt
 
     proc: subprocess.Popen | None = None

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from distrl.distributed import launch
+from distrl.distributed import early_torchrun, launch
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_each_ranks_time_breakdown_is_in_every_record(tmp_path):
         assert record["rank/0/rollout"] == pytest.approx(record["time/rollout"])
 
 
-# ---- torchrun's process started before the command's imports (launch.prestart) ----------
+# ---- torchrun's process started before the command's imports (early_torchrun.prestart) ----------
 
 
 @pytest.fixture
@@ -105,8 +105,8 @@ def prestarted(monkeypatch) -> list[str]:
         def discard(self) -> None:
             made.append("discarded")
 
-    monkeypatch.setattr(launch, "WarmTorchrun", Fake)
-    monkeypatch.setattr(launch, "_warm", None)
+    monkeypatch.setattr(early_torchrun, "EarlyTorchrun", Fake)
+    monkeypatch.setattr(early_torchrun, "_early", None)
     for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "DISTRL_ELASTIC_STANDBY"):
         monkeypatch.delenv(name, raising=False)
     return made
@@ -128,16 +128,16 @@ def prestarted(monkeypatch) -> list[str]:
     ],
 )
 def test_prestart_starts_torchrun_early_only_for_a_torchrun_launch(prestarted, argv, starts):
-    launch.prestart(argv)
+    early_torchrun.prestart(argv)
     assert prestarted == (["warm"] if starts else [])
-    launch.discard_warm()
+    early_torchrun.discard()
     assert prestarted == (["warm", "discarded"] if starts else [])
-    assert launch.take_warm() is None
+    assert early_torchrun.take() is None
 
 
 def test_no_prestart_inside_a_rank(prestarted, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "0")
-    launch.prestart(["cartpole", "--nproc", "2"])
+    early_torchrun.prestart(["cartpole", "--nproc", "2"])
     assert prestarted == []
 
 
@@ -148,7 +148,7 @@ def test_the_early_torchrun_runs_what_it_is_sent_or_a_new_one_does(alive, capfd)
     it died before they came, a new process runs them."""
     import sys
 
-    warm = launch.WarmTorchrun()
+    warm = early_torchrun.EarlyTorchrun()
     if not alive:
         warm.proc.kill()
         warm.proc.wait()
@@ -162,6 +162,6 @@ def test_the_early_torchrun_runs_what_it_is_sent_or_a_new_one_does(alive, capfd)
 
 @pytest.mark.timeout(120)
 def test_the_early_torchrun_exits_quietly_when_no_launch_takes_it():
-    warm = launch.WarmTorchrun()
+    warm = early_torchrun.EarlyTorchrun()
     os.close(warm.write)  # the command ended (a bad config) without sending anything
     assert warm.proc.wait(timeout=100) == 0

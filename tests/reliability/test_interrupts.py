@@ -223,7 +223,7 @@ def test_ctrl_c_while_the_ranks_import_stops_at_iteration_1_without_a_restart(la
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
 def test_a_signal_while_the_launcher_imports_leaves_no_process(signum, tmp_path):
     """The launcher of `--nproc 2` starts torchrun's process before its own imports
-    (``launch.prestart``); a Ctrl-C then ends both with one line and the shell's status for
+    (``early_torchrun.prestart``); a Ctrl-C then ends both with one line and the shell's status for
     Ctrl-C, and a launcher killed outright leaves the early process to exit at its pipe's end.
     The launcher starts as from a terminal, SIGINT not ignored: a process started in the
     background of a script inherits SIGINT ignored, which Python keeps while it imports."""

@@ -19,31 +19,26 @@ and save; a second one, or ``--stop-timeout`` seconds, kills the tree. torchrun 
 ``python -m distrl.distributed.launch`` (``main``), so that a signal sent to torchrun itself
 ends in its exit code rather than its traceback.
 
-Start-up (``prestart``): ``import torch`` takes 3-4 s on a small VM, and the command, torchrun
-and the ranks each pay it, one after the other. When the command line asks for ``--nproc N``
-the command starts torchrun's process first, before its own imports, so the two import torch
-at once; that process (``WarmTorchrun``) waits on a pipe for torchrun's arguments and
-environment, which the command sends once the config has been checked, or exits at the pipe's
-end (a bad config, another launcher, a command that died). A 2-rank launch of one iteration
-took 13.6 s before and 8.9 s after on the 2-core VM (docs/benchmarks.md).
+Start-up: when the command line asks for ``--nproc N`` the command starts torchrun's process
+before its own imports (``early_torchrun.py``), and ``launch`` sends it its arguments.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
-import json
 import math
 import os
 import signal
 import socket
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from distrl import interrupts, openmp
+from distrl.distributed import early_torchrun
+from distrl.distributed.early_torchrun import under_torchrun as under_torchrun  # (its callers)
 
 # Flags that belong to the launcher and must not reach the ranks (which would relaunch).
 _LAUNCH_FLAGS = (
@@ -96,10 +91,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def under_torchrun() -> bool:
-    return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
 
 
 def loopback_listener(port: int = 0, host: str = "127.0.0.1") -> socket.socket:
@@ -275,72 +266,6 @@ def launch_env(nproc: int, one_machine: bool = True) -> dict[str, str]:
     return env
 
 
-class WarmTorchrun:
-    """torchrun's process, started before the command imports torch: it imports torchrun and
-    then waits on a pipe for ``go``'s arguments and environment (``main``), or exits at the
-    pipe's end. In a session of its own, as ``interrupts.supervise`` starts torchrun."""
-
-    def __init__(self) -> None:
-        read, self.write = os.pipe()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, "-m", "distrl.distributed.launch", "--warm", str(read)]
-        try:
-            self.proc = subprocess.Popen(cmd, env=env, pass_fds=(read,), start_new_session=True)
-        finally:
-            os.close(read)
-
-    def go(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
-        """torchrun ``cmd`` (``torchrun_command``'s) with ``env``, in the waiting process (in
-        a new one if that one is gone)."""
-        assert cmd[1:3] == ["-m", __name__], cmd
-        try:
-            with os.fdopen(self.write, "w", encoding="utf-8") as pipe:
-                pipe.write(json.dumps({"argv": cmd[3:], "env": env}) + "\n")
-        except BrokenPipeError:  # it died before reading (killed, or out of memory)
-            self.proc.wait()
-            return subprocess.Popen(cmd, env=env, start_new_session=True)
-        return self.proc
-
-    def discard(self) -> None:
-        os.close(self.write)
-        self.proc.kill()
-        self.proc.wait()
-
-
-_warm: WarmTorchrun | None = None
-
-
-def prestart(argv: Sequence[str]) -> None:
-    """Start torchrun's process now when ``argv`` (``train``'s words) asks for ``--nproc N``,
-    N > 1, on this machine and under torchrun (not elastic's launcher, not a population), so
-    that it imports torch while this process does; ``launch`` takes it, ``discard_warm`` ends
-    it where the config says otherwise. A guess from the words alone: a config file that sets
-    ``nproc`` launches as before, without it."""
-    global _warm
-    if _warm is not None or under_torchrun() or os.environ.get("DISTRL_ELASTIC_STANDBY"):
-        return
-    words = [w for a in argv for w in a.split("=", 1)]
-    nproc = words[words.index("--nproc") + 1] if "--nproc" in words[:-1] else "1"
-    others = ("--population", "--nnodes", "--help", "-h", "--pbt.help", "elastic")
-    if not nproc.isdigit() or int(nproc) < 2 or any(w in words for w in others):
-        return
-    _warm = WarmTorchrun()
-
-
-def discard_warm() -> None:
-    """End a ``prestart`` process that no launch took (no-op without one)."""
-    global _warm
-    if _warm is not None:
-        _warm.discard()
-        _warm = None
-
-
-def take_warm() -> WarmTorchrun | None:
-    global _warm
-    warm, _warm = _warm, None
-    return warm
-
-
 def launch(
     nproc: int,
     max_restarts: int,
@@ -360,7 +285,7 @@ def launch(
     store = rendezvous_store()
     cmd = torchrun_command(nproc, max_restarts, script_args, store.port, stop_timeout)
     env = launch_env(nproc)
-    warm = take_warm()  # (here: a launch that failed before leaves it to cli's discard_warm)
+    warm = early_torchrun.take()  # (a launch that failed before leaves it to cli's discard)
     try:
         start = warm.go if warm is not None else None
         return interrupts.supervise(cmd, env, stop_timeout, run_dir, modules, start)
@@ -376,15 +301,8 @@ def main() -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import main as torchrun
 
-    if sys.argv[1:2] == ["--warm"]:  # started early (WarmTorchrun): wait for the arguments
-        with os.fdopen(int(sys.argv[2]), encoding="utf-8") as pipe:
-            line = pipe.readline()
-        if not line:  # the command went on without it
-            return 0
-        go = json.loads(line)
-        os.environ.clear()
-        os.environ.update(go["env"])
-        sys.argv = [sys.argv[0], *go["argv"]]
+    if sys.argv[1:2] == ["--warm"] and not early_torchrun.wait_for_go(int(sys.argv[2])):
+        return 0  # started early, and the command went on without it
     try:
         torchrun()
     except SignalException as e:
